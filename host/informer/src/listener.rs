@@ -1,0 +1,512 @@
+//! processorListener: one buffer per handler, so the informer never waits on a handler.
+//!
+//! The informer appends notifications (`Listener::push`) without blocking; the handler's
+//! side, a [`ListenerReceiver`], takes them out in order, in batches, at its own pace.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::object::{Object, ObjectKey};
+
+/// What a handler is told.
+#[derive(Debug, Clone)]
+pub enum Notification {
+    /// An object appeared in the cache.
+    Add {
+        /// The object.
+        object: Arc<Object>,
+        /// Part of the state the handler started from (the initial list, or the cache
+        /// replayed to a handler added later), not a live change.
+        in_initial_list: bool,
+    },
+    /// An object in the cache changed (or was re-delivered by a resync).
+    Update {
+        /// The state before.
+        old: Arc<Object>,
+        /// The state now.
+        new: Arc<Object>,
+        /// A periodic resync, or a relist that found the object unchanged.
+        resync: bool,
+    },
+    /// An object left the cache.
+    Delete {
+        /// Its last known state.
+        object: Arc<Object>,
+        /// The deletion was inferred by a relist; `object` may be older than the real final
+        /// state (client-go's `DeletedFinalStateUnknown`).
+        final_state_unknown: bool,
+    },
+}
+
+impl Notification {
+    /// The key of the object concerned.
+    pub fn key(&self) -> &ObjectKey {
+        match self {
+            Self::Add { object, .. } | Self::Delete { object, .. } => object.key(),
+            Self::Update { new, .. } => new.key(),
+        }
+    }
+
+    /// The object as it is now (for a deletion, its last known state).
+    pub fn object(&self) -> &Arc<Object> {
+        match self {
+            Self::Add { object, .. } | Self::Delete { object, .. } => object,
+            Self::Update { new, .. } => new,
+        }
+    }
+
+    fn is_initial(&self) -> bool {
+        matches!(
+            self,
+            Self::Add {
+                in_initial_list: true,
+                ..
+            }
+        )
+    }
+}
+
+/// How a listener's buffer grows when its handler falls behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BufferPolicy {
+    /// Keep every notification, in order (client-go's growing ring buffer). Memory grows with
+    /// the backlog; watch [`ListenerReceiver::depth`].
+    #[default]
+    Unbounded,
+    /// Keep only the latest notification per key, at the position the key first took. The
+    /// buffer is then bounded by the number of objects. For handlers that only need keys
+    /// (reconcile mode), and for paused (quarantined) handlers.
+    CoalesceByKey,
+}
+
+#[derive(Default)]
+struct Buffer {
+    policy: BufferPolicy,
+    /// Unbounded: every notification. CoalesceByKey: each key once, oldest first.
+    order: VecDeque<Notification>,
+    /// CoalesceByKey only: index of each key's notification in `order`, minus `popped`.
+    /// Invariant: a key is here if and only if exactly one entry of `order` has it.
+    positions: HashMap<ObjectKey, usize>,
+    /// Entries removed from the front of `order` since the buffer was last rebuilt.
+    popped: usize,
+    closed: bool,
+}
+
+impl Buffer {
+    /// Appends; returns the notification it replaced, if coalescing.
+    fn push(&mut self, notification: Notification) -> Option<Notification> {
+        match self.policy {
+            BufferPolicy::Unbounded => {
+                self.order.push_back(notification);
+                None
+            }
+            BufferPolicy::CoalesceByKey => {
+                if let Some(&at) = self.positions.get(notification.key()) {
+                    let slot = &mut self.order[at - self.popped];
+                    return Some(std::mem::replace(slot, notification));
+                }
+                self.positions
+                    .insert(notification.key().clone(), self.popped + self.order.len());
+                self.order.push_back(notification);
+                None
+            }
+        }
+    }
+
+    fn pop(&mut self) -> Option<Notification> {
+        let notification = self.order.pop_front()?;
+        if self.policy == BufferPolicy::CoalesceByKey {
+            self.positions.remove(notification.key());
+            self.popped += 1;
+        }
+        Some(notification)
+    }
+
+    /// Switches policy; coalescing an existing backlog keeps each key's latest notification.
+    /// Returns the notifications dropped.
+    fn set_policy(&mut self, policy: BufferPolicy) -> Vec<Notification> {
+        let backlog = std::mem::take(&mut self.order);
+        self.positions.clear();
+        self.popped = 0;
+        self.policy = policy;
+        backlog.into_iter().filter_map(|n| self.push(n)).collect()
+    }
+}
+
+/// Identifies a listener within its informer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ListenerId(pub(crate) u64);
+
+/// The informer's side of one handler's buffer.
+pub(crate) struct Listener {
+    id: ListenerId,
+    shared: Arc<Shared>,
+    resync_period: Option<Duration>,
+    next_resync: Option<Instant>,
+}
+
+struct Shared {
+    // A std mutex: pushes and pops are short and never span an `.await`.
+    buffer: Mutex<Buffer>,
+    /// Wakes the receiver; `notify_one` keeps a permit, so no wake-up is lost.
+    ready: Notify,
+    /// Initial-list adds pushed but not yet handled (their batch not yet dropped).
+    initial_pending: AtomicUsize,
+    /// Number of buffered notifications (the depth gauge).
+    depth: AtomicUsize,
+    /// The informer's own HasSynced.
+    informer_synced: Arc<AtomicBool>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Buffer> {
+        self.buffer
+            .lock()
+            .expect("listener buffer lock poisoned: a push or pop panicked")
+    }
+
+    /// Accounts for initial-list adds leaving the buffer unhandled.
+    fn forget_initial(&self, dropped: &[Notification]) {
+        let initial = dropped.iter().filter(|n| n.is_initial()).count();
+        if initial > 0 {
+            self.initial_pending.fetch_sub(initial, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Listener {
+    /// A listener and its receiving half.
+    pub(crate) fn new(
+        id: ListenerId,
+        policy: BufferPolicy,
+        resync_period: Option<Duration>,
+        informer_synced: Arc<AtomicBool>,
+    ) -> (Self, ListenerReceiver) {
+        let shared = Arc::new(Shared {
+            buffer: Mutex::new(Buffer {
+                policy,
+                ..Buffer::default()
+            }),
+            ready: Notify::new(),
+            initial_pending: AtomicUsize::new(0),
+            depth: AtomicUsize::new(0),
+            informer_synced,
+        });
+        let listener = Self {
+            id,
+            shared: shared.clone(),
+            resync_period: resync_period.filter(|p| !p.is_zero()),
+            next_resync: resync_period.map(|p| Instant::now() + p),
+        };
+        (listener, ListenerReceiver { id, shared })
+    }
+
+    pub(crate) fn id(&self) -> ListenerId {
+        self.id
+    }
+
+    /// Appends a notification; never blocks. Returns false if the receiver is gone.
+    pub(crate) fn push(&self, notification: Notification) -> bool {
+        let initial = notification.is_initial();
+        let mut buffer = self.shared.lock();
+        if buffer.closed {
+            return false;
+        }
+        if initial {
+            self.shared.initial_pending.fetch_add(1, Ordering::AcqRel);
+        }
+        match buffer.push(notification) {
+            Some(replaced) => self.shared.forget_initial(&[replaced]),
+            None => {
+                self.shared.depth.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        drop(buffer);
+        self.shared.ready.notify_one();
+        true
+    }
+
+    /// Whether this listener's resync is due at `now`; if so, schedules the next one.
+    pub(crate) fn take_resync_due(&mut self, now: Instant) -> bool {
+        match (self.resync_period, self.next_resync) {
+            (Some(period), Some(next)) if now >= next => {
+                self.next_resync = Some(now + period);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub(crate) fn resync_period(&self) -> Option<Duration> {
+        self.resync_period
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.shared.lock().closed
+    }
+
+    /// Stops delivery: the receiver gets `None` at once and the backlog is dropped.
+    pub(crate) fn close(&self) {
+        close(&self.shared);
+    }
+}
+
+fn close(shared: &Shared) {
+    let mut buffer = shared.lock();
+    buffer.closed = true;
+    let dropped: Vec<_> = std::mem::take(&mut buffer.order).into();
+    buffer.positions.clear();
+    drop(buffer);
+    shared.depth.store(0, Ordering::Relaxed);
+    shared.forget_initial(&dropped);
+    shared.ready.notify_one();
+}
+
+/// The handler's side of a listener: notifications in order, in batches.
+///
+/// Contract: every notification the informer pushed is returned exactly once, in push order
+/// (with [`BufferPolicy::CoalesceByKey`], only the latest per key). `has_synced` is true once
+/// the informer has synced and every initial-list add delivered here has been handled, i.e.
+/// its batch dropped. Dropping the receiver unregisters the handler's buffer.
+pub struct ListenerReceiver {
+    id: ListenerId,
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for ListenerReceiver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListenerReceiver")
+            .field("id", &self.id)
+            .field("depth", &self.depth())
+            .finish()
+    }
+}
+
+impl ListenerReceiver {
+    /// Waits for at least one notification and returns up to `max` of them; `None` once the
+    /// handler was removed or the informer stopped.
+    pub async fn recv_batch(&mut self, max: usize) -> Option<NotificationBatch> {
+        loop {
+            {
+                let mut buffer = self.shared.lock();
+                if buffer.closed {
+                    return None;
+                }
+                if !buffer.order.is_empty() {
+                    let mut notifications = Vec::with_capacity(max.min(buffer.order.len()));
+                    while notifications.len() < max.max(1) {
+                        match buffer.pop() {
+                            Some(n) => notifications.push(n),
+                            None => break,
+                        }
+                    }
+                    drop(buffer);
+                    self.shared
+                        .depth
+                        .fetch_sub(notifications.len(), Ordering::Relaxed);
+                    let initial = notifications.iter().filter(|n| n.is_initial()).count();
+                    return Some(NotificationBatch {
+                        notifications,
+                        initial,
+                        shared: self.shared.clone(),
+                    });
+                }
+            }
+            self.shared.ready.notified().await;
+        }
+    }
+
+    /// Notifications waiting in the buffer.
+    pub fn depth(&self) -> usize {
+        self.shared.depth.load(Ordering::Relaxed)
+    }
+
+    /// The informer has synced and this handler has handled its initial list.
+    pub fn has_synced(&self) -> bool {
+        self.shared.informer_synced.load(Ordering::Acquire)
+            && self.shared.initial_pending.load(Ordering::Acquire) == 0
+    }
+
+    /// Changes the buffer policy, e.g. to coalesce while the handler is paused.
+    pub fn set_policy(&self, policy: BufferPolicy) {
+        let dropped = self.shared.lock().set_policy(policy);
+        self.shared
+            .depth
+            .fetch_sub(dropped.len(), Ordering::Relaxed);
+        self.shared.forget_initial(&dropped);
+    }
+
+    /// Which listener this is.
+    pub fn id(&self) -> ListenerId {
+        self.id
+    }
+}
+
+impl Drop for ListenerReceiver {
+    fn drop(&mut self) {
+        close(&self.shared);
+    }
+}
+
+/// Notifications taken from a listener. Drop it once they are handled: that is what moves
+/// the handler's `has_synced`.
+pub struct NotificationBatch {
+    notifications: Vec<Notification>,
+    initial: usize,
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for NotificationBatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(&self.notifications).finish()
+    }
+}
+
+impl std::ops::Deref for NotificationBatch {
+    type Target = [Notification];
+    fn deref(&self) -> &[Notification] {
+        &self.notifications
+    }
+}
+
+impl Drop for NotificationBatch {
+    fn drop(&mut self) {
+        if self.initial > 0 {
+            self.shared
+                .initial_pending
+                .fetch_sub(self.initial, Ordering::AcqRel);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::ObjectDecoder;
+    use crate::resource::Resource;
+
+    fn obj(name: &str, rv: u64) -> Arc<Object> {
+        let json = format!(r#"{{"metadata":{{"name":"{name}","resourceVersion":"{rv}"}}}}"#);
+        let decoder = ObjectDecoder::new(Resource::new("", "v1", "Namespace", "namespaces", false));
+        Arc::new(decoder.decode(json.as_bytes()).unwrap())
+    }
+
+    fn add(name: &str, rv: u64, in_initial_list: bool) -> Notification {
+        Notification::Add {
+            object: obj(name, rv),
+            in_initial_list,
+        }
+    }
+
+    fn summary(batch: &NotificationBatch) -> Vec<(String, u64)> {
+        batch
+            .iter()
+            .map(|n| (n.key().to_string(), n.object().resource_version()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn delivers_in_order_in_batches() {
+        let synced = Arc::new(AtomicBool::new(true));
+        let (listener, mut rx) =
+            Listener::new(ListenerId(1), BufferPolicy::Unbounded, None, synced);
+        for rv in 1..=5 {
+            listener.push(add("a", rv, false));
+        }
+        assert_eq!(rx.depth(), 5);
+        let first = rx.recv_batch(3).await.unwrap();
+        assert_eq!(
+            summary(&first),
+            [("a".into(), 1), ("a".into(), 2), ("a".into(), 3)]
+        );
+        let rest = rx.recv_batch(64).await.unwrap();
+        assert_eq!(summary(&rest), [("a".into(), 4), ("a".into(), 5)]);
+        assert_eq!(rx.depth(), 0);
+    }
+
+    #[tokio::test]
+    async fn coalescing_keeps_latest_per_key_in_first_arrival_order() {
+        let synced = Arc::new(AtomicBool::new(true));
+        let (listener, mut rx) =
+            Listener::new(ListenerId(1), BufferPolicy::CoalesceByKey, None, synced);
+        listener.push(add("a", 1, false));
+        listener.push(add("b", 2, false));
+        listener.push(add("a", 3, false));
+        assert_eq!(rx.depth(), 2);
+        let batch = rx.recv_batch(1).await.unwrap();
+        assert_eq!(summary(&batch), [("a".into(), 3)]);
+        listener.push(add("a", 4, false));
+        let batch = rx.recv_batch(10).await.unwrap();
+        assert_eq!(summary(&batch), [("b".into(), 2), ("a".into(), 4)]);
+    }
+
+    #[tokio::test]
+    async fn switching_to_coalescing_compacts_the_backlog() {
+        let synced = Arc::new(AtomicBool::new(true));
+        let (listener, mut rx) =
+            Listener::new(ListenerId(1), BufferPolicy::Unbounded, None, synced);
+        for (name, rv) in [("a", 1), ("b", 2), ("a", 3), ("c", 4), ("b", 5)] {
+            listener.push(add(name, rv, false));
+        }
+        rx.set_policy(BufferPolicy::CoalesceByKey);
+        assert_eq!(rx.depth(), 3);
+        let batch = rx.recv_batch(10).await.unwrap();
+        assert_eq!(
+            summary(&batch),
+            [("a".into(), 3), ("b".into(), 5), ("c".into(), 4)]
+        );
+    }
+
+    #[tokio::test]
+    async fn has_synced_waits_for_initial_batch_to_be_handled() {
+        let synced = Arc::new(AtomicBool::new(false));
+        let (listener, mut rx) =
+            Listener::new(ListenerId(1), BufferPolicy::Unbounded, None, synced.clone());
+        listener.push(add("a", 1, true));
+        listener.push(add("b", 2, false));
+        assert!(!rx.has_synced());
+        synced.store(true, Ordering::Release);
+        assert!(!rx.has_synced(), "initial add not handled yet");
+        let batch = rx.recv_batch(10).await.unwrap();
+        assert!(!rx.has_synced(), "initial add being handled");
+        drop(batch);
+        assert!(rx.has_synced());
+    }
+
+    #[tokio::test]
+    async fn close_ends_delivery_and_dropping_the_receiver_closes() {
+        let synced = Arc::new(AtomicBool::new(true));
+        let (listener, mut rx) =
+            Listener::new(ListenerId(1), BufferPolicy::Unbounded, None, synced);
+        listener.push(add("a", 1, false));
+        listener.close();
+        assert!(rx.recv_batch(1).await.is_none());
+        assert!(!listener.push(add("a", 2, false)));
+
+        let synced = Arc::new(AtomicBool::new(true));
+        let (listener, rx) = Listener::new(ListenerId(2), BufferPolicy::Unbounded, None, synced);
+        drop(rx);
+        assert!(listener.is_closed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn resync_is_due_per_period() {
+        let synced = Arc::new(AtomicBool::new(true));
+        let (mut listener, _rx) = Listener::new(
+            ListenerId(1),
+            BufferPolicy::Unbounded,
+            Some(Duration::from_secs(10)),
+            synced,
+        );
+        assert!(!listener.take_resync_due(Instant::now()));
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(listener.take_resync_due(Instant::now()));
+        assert!(!listener.take_resync_due(Instant::now()));
+    }
+}

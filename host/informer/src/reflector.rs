@@ -1,0 +1,605 @@
+//! The Reflector: ListAndWatch one resource into a DeltaFIFO.
+//!
+//! Written as a state machine (`State` plus `Reflector::step`): each state says what we
+//! know and what we wait for. List (page by page) into `Replace`, watch from the list's
+//! resourceVersion, re-watch from the last version seen when a watch ends, relist on `410
+//! Gone`, and back off exponentially with jitter on other errors.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info_span, warn};
+
+use crate::fifo::DeltaFifo;
+use crate::object::{DecodeError, Object, ObjectDecoder};
+use crate::source::{
+    ListRequest, ListerWatcher, SourceError, Status, WatchEvent, WatchRequest, WatchStream,
+};
+
+/// How the Reflector gets the initial state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InitialListMode {
+    /// A streaming list when the source supports it, with a fall back to list-then-watch
+    /// when the server refuses it.
+    #[default]
+    Auto,
+    /// Always a paginated list, then a watch.
+    ListThenWatch,
+    /// Always a streaming list (`sendInitialEvents`); a refusal is an error, retried.
+    StreamingList,
+}
+
+/// Tuning of a Reflector. The defaults are client-go's.
+#[derive(Debug, Clone)]
+pub struct ReflectorConfig {
+    /// Page size of the initial list.
+    pub page_size: Option<u32>,
+    /// Server-side watch timeouts are drawn from this range, so that watches of many
+    /// informers do not all restart at once.
+    pub watch_timeout: Range<Duration>,
+    /// First back-off delay after an error.
+    pub backoff_initial: Duration,
+    /// Longest back-off delay.
+    pub backoff_max: Duration,
+    /// After this long without an error, the back-off starts again from `backoff_initial`.
+    pub backoff_reset_after: Duration,
+    /// How the initial state is fetched.
+    pub initial_list: InitialListMode,
+}
+
+impl Default for ReflectorConfig {
+    fn default() -> Self {
+        Self {
+            page_size: Some(500),
+            watch_timeout: Duration::from_secs(300)..Duration::from_secs(600),
+            backoff_initial: Duration::from_millis(800),
+            backoff_max: Duration::from_secs(30),
+            backoff_reset_after: Duration::from_secs(120),
+            initial_list: InitialListMode::Auto,
+        }
+    }
+}
+
+/// What went wrong while listing or watching; handed to the watch-error hook.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ReflectorError {
+    /// A list call failed.
+    #[error("listing {resource} failed: {source}")]
+    ListFailed {
+        /// The resource.
+        resource: String,
+        /// Why.
+        #[source]
+        source: SourceError,
+    },
+    /// A watch could not be opened, or broke.
+    #[error("watching {resource} failed: {source}")]
+    WatchFailed {
+        /// The resource.
+        resource: String,
+        /// Why.
+        #[source]
+        source: SourceError,
+    },
+    /// The server ended a watch with an ERROR event.
+    #[error("watch of {resource} ended by the server: {status}")]
+    WatchEnded {
+        /// The resource.
+        resource: String,
+        /// What the server said.
+        status: Status,
+    },
+    /// An object in a list or watch could not be decoded; it was skipped.
+    #[error("skipped an object of {resource}: {source}")]
+    ObjectSkipped {
+        /// The resource.
+        resource: String,
+        /// Why.
+        #[source]
+        source: DecodeError,
+    },
+}
+
+/// Called for every error the Reflector meets; it keeps going regardless.
+pub type WatchErrorHandler = Arc<dyn Fn(&ReflectorError) + Send + Sync>;
+
+/// Counters of one Reflector, for metrics and tests.
+#[derive(Debug, Default)]
+pub struct ReflectorStats {
+    /// Complete lists (initial and relists).
+    pub lists: AtomicU64,
+    /// Watches opened.
+    pub watches: AtomicU64,
+    /// Watch events received (bookmarks included).
+    pub events: AtomicU64,
+    /// Objects skipped because they could not be decoded.
+    pub skipped_objects: AtomicU64,
+    /// List and watch failures.
+    pub errors: AtomicU64,
+}
+
+/// What the Reflector knows and waits for.
+enum State {
+    /// Nothing usable: list from scratch with a consistent read.
+    List,
+    /// In the middle of a paginated list.
+    ListPage {
+        /// Token for the next page.
+        continue_token: String,
+        /// Objects of the pages so far.
+        items: Vec<Arc<Object>>,
+    },
+    /// Open a watch; with `initial` set, as a streaming list.
+    Watch {
+        resource_version: String,
+        streaming_list: bool,
+    },
+    /// A watch is open.
+    Watching {
+        stream: WatchStream,
+        /// Last version seen: a re-watch resumes after it.
+        resource_version: String,
+        /// Streaming list: objects received before the end-of-initial-events bookmark.
+        initial: Option<Vec<Arc<Object>>>,
+        opened: Instant,
+        saw_event: bool,
+    },
+    /// Waiting before trying `then`.
+    Backoff { until: Instant, then: Box<State> },
+}
+
+/// ListAndWatch for one resource into a [`DeltaFifo`]. See the module docs.
+pub struct Reflector {
+    source: Arc<dyn ListerWatcher>,
+    decoder: ObjectDecoder,
+    fifo: Arc<DeltaFifo>,
+    config: ReflectorConfig,
+    on_error: Option<WatchErrorHandler>,
+    stats: Arc<ReflectorStats>,
+    backoff: Backoff,
+    /// The source refused a streaming list once; use list-then-watch from now on.
+    streaming_refused: bool,
+}
+
+impl Reflector {
+    /// A Reflector feeding `fifo` from `source`.
+    pub fn new(
+        source: Arc<dyn ListerWatcher>,
+        decoder: ObjectDecoder,
+        fifo: Arc<DeltaFifo>,
+        config: ReflectorConfig,
+    ) -> Self {
+        let backoff = Backoff::new(&config);
+        Self {
+            source,
+            decoder,
+            fifo,
+            config,
+            on_error: None,
+            stats: Arc::default(),
+            backoff,
+            streaming_refused: false,
+        }
+    }
+
+    /// Calls `handler` for every error met.
+    pub fn with_error_handler(mut self, handler: WatchErrorHandler) -> Self {
+        self.on_error = Some(handler);
+        self
+    }
+
+    /// The counters, shared.
+    pub fn stats(&self) -> Arc<ReflectorStats> {
+        self.stats.clone()
+    }
+
+    /// Lists and watches until `cancel` fires.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let span = info_span!("reflector", resource = %self.decoder.resource());
+        async move {
+            let mut state = State::List;
+            loop {
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => return,
+                    next = self.step(state) => state = next,
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    fn resource(&self) -> String {
+        self.decoder.resource().to_string()
+    }
+
+    fn report(&self, error: ReflectorError) {
+        warn!(%error, "reflector");
+        if let Some(handler) = &self.on_error {
+            handler(&error);
+        }
+    }
+
+    fn use_streaming_list(&self) -> bool {
+        match self.config.initial_list {
+            InitialListMode::Auto => {
+                self.source.supports_streaming_list() && !self.streaming_refused
+            }
+            InitialListMode::ListThenWatch => false,
+            InitialListMode::StreamingList => true,
+        }
+    }
+
+    /// One transition.
+    async fn step(&mut self, state: State) -> State {
+        match state {
+            State::List if self.use_streaming_list() => State::Watch {
+                resource_version: String::new(),
+                streaming_list: true,
+            },
+            State::List => self.list_page(None, Vec::new()).await,
+            State::ListPage {
+                continue_token,
+                items,
+            } => self.list_page(Some(continue_token), items).await,
+            State::Watch {
+                resource_version,
+                streaming_list,
+            } => self.open_watch(resource_version, streaming_list).await,
+            State::Watching {
+                stream,
+                resource_version,
+                initial,
+                opened,
+                saw_event,
+            } => {
+                self.next_event(stream, resource_version, initial, opened, saw_event)
+                    .await
+            }
+            State::Backoff { until, then } => {
+                tokio::time::sleep_until(until).await;
+                *then
+            }
+        }
+    }
+
+    async fn list_page(
+        &mut self,
+        continue_token: Option<String>,
+        mut items: Vec<Arc<Object>>,
+    ) -> State {
+        let continuing = continue_token.is_some();
+        let request = ListRequest {
+            limit: self.config.page_size,
+            continue_token,
+            resource_version: None,
+        };
+        match self.source.list(request).await {
+            Ok(page) => {
+                items.reserve(page.items.len());
+                for raw in &page.items {
+                    if let Some(object) = self.decode(raw) {
+                        items.push(object);
+                    }
+                }
+                match page.continue_token.filter(|t| !t.is_empty()) {
+                    Some(continue_token) => State::ListPage {
+                        continue_token,
+                        items,
+                    },
+                    None => {
+                        debug!(objects = items.len(), rv = %page.resource_version, "listed");
+                        self.stats.lists.fetch_add(1, Ordering::Relaxed);
+                        self.fifo.replace(items);
+                        State::Watch {
+                            resource_version: page.resource_version,
+                            streaming_list: false,
+                        }
+                    }
+                }
+            }
+            // An expired continue token: the list must start over.
+            Err(error) if error.is_gone() && continuing => {
+                self.fail(ReflectorError::ListFailed {
+                    resource: self.resource(),
+                    source: error,
+                });
+                State::List
+            }
+            Err(error) => {
+                let retry_after = error.retry_after();
+                self.fail(ReflectorError::ListFailed {
+                    resource: self.resource(),
+                    source: error,
+                });
+                self.backoff_then(State::List, retry_after)
+            }
+        }
+    }
+
+    async fn open_watch(&mut self, resource_version: String, streaming_list: bool) -> State {
+        let timeout = random_duration(&self.config.watch_timeout);
+        let request = WatchRequest {
+            resource_version: resource_version.clone(),
+            timeout: Some(timeout),
+            bookmarks: true,
+            send_initial_events: streaming_list,
+        };
+        match self.source.watch(request).await {
+            Ok(stream) => {
+                self.stats.watches.fetch_add(1, Ordering::Relaxed);
+                debug!(rv = %resource_version, streaming_list, "watching");
+                State::Watching {
+                    stream,
+                    resource_version,
+                    initial: streaming_list.then(Vec::new),
+                    opened: Instant::now(),
+                    saw_event: false,
+                }
+            }
+            Err(error) if error.is_gone() => {
+                self.fail(ReflectorError::WatchFailed {
+                    resource: self.resource(),
+                    source: error,
+                });
+                State::List
+            }
+            // A server without streaming lists refuses them (422, or 400 on older ones).
+            Err(SourceError::Status { status, .. })
+                if streaming_list
+                    && self.config.initial_list == InitialListMode::Auto
+                    && matches!(status.code, 400 | 422) =>
+            {
+                debug!(%status, "streaming list refused; falling back to list-then-watch");
+                self.streaming_refused = true;
+                State::List
+            }
+            Err(error) => {
+                let retry_after = error.retry_after();
+                self.fail(ReflectorError::WatchFailed {
+                    resource: self.resource(),
+                    source: error,
+                });
+                let then = if streaming_list {
+                    State::List
+                } else {
+                    State::Watch {
+                        resource_version,
+                        streaming_list,
+                    }
+                };
+                self.backoff_then(then, retry_after)
+            }
+        }
+    }
+
+    async fn next_event(
+        &mut self,
+        mut stream: WatchStream,
+        mut resource_version: String,
+        mut initial: Option<Vec<Arc<Object>>>,
+        opened: Instant,
+        saw_event: bool,
+    ) -> State {
+        let event = match stream.next().await {
+            Some(Ok(event)) => event,
+            Some(Err(error)) => {
+                let gone = error.is_gone();
+                let retry_after = error.retry_after();
+                self.fail(ReflectorError::WatchFailed {
+                    resource: self.resource(),
+                    source: error,
+                });
+                return self.after_broken_watch(
+                    resource_version,
+                    initial.is_some(),
+                    gone,
+                    retry_after,
+                );
+            }
+            None => {
+                // A watch that ended normally resumes at once, unless the server closes every
+                // watch straight away: that would spin.
+                let quick = !saw_event && opened.elapsed() < Duration::from_secs(1);
+                let then = match initial {
+                    Some(_) => State::List,
+                    None => State::Watch {
+                        resource_version,
+                        streaming_list: false,
+                    },
+                };
+                return if quick {
+                    self.backoff_then(then, None)
+                } else {
+                    then
+                };
+            }
+        };
+        self.stats.events.fetch_add(1, Ordering::Relaxed);
+        match event {
+            WatchEvent::Added(raw) | WatchEvent::Modified(raw) | WatchEvent::Deleted(raw)
+                if initial.is_some() =>
+            {
+                if let Some(object) = self.decode(&raw) {
+                    resource_version = object.resource_version().to_string();
+                    initial.as_mut().expect("streaming list").push(object);
+                }
+            }
+            WatchEvent::Added(raw) => {
+                if let Some(object) = self.decode(&raw) {
+                    resource_version = object.resource_version().to_string();
+                    self.fifo.add(object);
+                }
+            }
+            WatchEvent::Modified(raw) => {
+                if let Some(object) = self.decode(&raw) {
+                    resource_version = object.resource_version().to_string();
+                    self.fifo.update(object);
+                }
+            }
+            WatchEvent::Deleted(raw) => {
+                if let Some(object) = self.decode(&raw) {
+                    resource_version = object.resource_version().to_string();
+                    self.fifo.delete(object);
+                }
+            }
+            WatchEvent::Bookmark {
+                resource_version: bookmark,
+                initial_events_end,
+            } => {
+                if !bookmark.is_empty() {
+                    resource_version = bookmark;
+                }
+                if initial_events_end && let Some(items) = initial.take() {
+                    debug!(objects = items.len(), rv = %resource_version, "streamed initial list");
+                    self.stats.lists.fetch_add(1, Ordering::Relaxed);
+                    self.fifo.replace(items);
+                }
+            }
+            WatchEvent::Error(status) => {
+                let gone = status.is_gone();
+                self.fail(ReflectorError::WatchEnded {
+                    resource: self.resource(),
+                    status,
+                });
+                return self.after_broken_watch(resource_version, initial.is_some(), gone, None);
+            }
+        }
+        State::Watching {
+            stream,
+            resource_version,
+            initial,
+            opened,
+            saw_event: true,
+        }
+    }
+
+    fn after_broken_watch(
+        &mut self,
+        resource_version: String,
+        streaming_list: bool,
+        gone: bool,
+        retry_after: Option<Duration>,
+    ) -> State {
+        if gone {
+            return State::List;
+        }
+        let then = if streaming_list {
+            State::List
+        } else {
+            State::Watch {
+                resource_version,
+                streaming_list: false,
+            }
+        };
+        self.backoff_then(then, retry_after)
+    }
+
+    fn fail(&mut self, error: ReflectorError) {
+        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        self.report(error);
+    }
+
+    fn backoff_then(&mut self, then: State, retry_after: Option<Duration>) -> State {
+        let delay = self
+            .backoff
+            .next(Instant::now())
+            .max(retry_after.unwrap_or_default());
+        debug!(?delay, "backing off");
+        State::Backoff {
+            until: Instant::now() + delay,
+            then: Box::new(then),
+        }
+    }
+
+    fn decode(&self, raw: &[u8]) -> Option<Arc<Object>> {
+        match self.decoder.decode(raw) {
+            Ok(object) => Some(Arc::new(object)),
+            Err(source) => {
+                self.stats.skipped_objects.fetch_add(1, Ordering::Relaxed);
+                self.report(ReflectorError::ObjectSkipped {
+                    resource: self.resource(),
+                    source,
+                });
+                None
+            }
+        }
+    }
+}
+
+/// Exponential back-off with full jitter, reset after a healthy period (client-go's
+/// `ExponentialBackoffManager` with factor 2 and jitter 1).
+struct Backoff {
+    initial: Duration,
+    max: Duration,
+    reset_after: Duration,
+    current: Duration,
+    last_failure: Option<Instant>,
+}
+
+impl Backoff {
+    fn new(config: &ReflectorConfig) -> Self {
+        Self {
+            initial: config.backoff_initial,
+            max: config.backoff_max,
+            reset_after: config.backoff_reset_after,
+            current: config.backoff_initial,
+            last_failure: None,
+        }
+    }
+
+    /// The delay before the next attempt after a failure at `now`.
+    fn next(&mut self, now: Instant) -> Duration {
+        if self
+            .last_failure
+            .is_some_and(|last| now.duration_since(last) >= self.reset_after)
+        {
+            self.current = self.initial;
+        }
+        self.last_failure = Some(now);
+        let base = self.current;
+        self.current = (self.current * 2).min(self.max);
+        // Jitter up to the base delay again, as client-go's jitter factor 1.0.
+        base + random_duration(&(Duration::ZERO..base))
+    }
+}
+
+fn random_duration(range: &Range<Duration>) -> Duration {
+    if range.is_empty() {
+        return range.start;
+    }
+    let nanos = rand::random_range(range.start.as_nanos() as u64..range.end.as_nanos() as u64);
+    Duration::from_nanos(nanos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn backoff_grows_to_max_and_resets_after_a_healthy_period() {
+        let config = ReflectorConfig::default();
+        let mut backoff = Backoff::new(&config);
+        let now = Instant::now();
+        let delays: Vec<_> = (0..8).map(|_| backoff.next(now)).collect();
+        for (delay, base_ms) in delays
+            .iter()
+            .zip([800u64, 1600, 3200, 6400, 12800, 25600, 30000, 30000])
+        {
+            let base = Duration::from_millis(base_ms);
+            assert!(
+                *delay >= base && *delay < base * 2,
+                "{delay:?} vs base {base:?}"
+            );
+        }
+        let later = now + config.backoff_reset_after;
+        let delay = backoff.next(later);
+        assert!(delay < Duration::from_millis(1600), "{delay:?}");
+    }
+}
