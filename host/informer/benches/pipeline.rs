@@ -1,0 +1,264 @@
+//! Informer pipeline figures: initial sync, steady-state deltas/s, and cache bytes per object.
+//!
+//! Source → Reflector (metadata decoding, managedFields dropped) → DeltaFIFO → Indexer → one
+//! no-op listener, on a current-thread runtime. The source replays pre-encoded ~5 KB Pods, so
+//! the figures are the pipeline's own. For "one core", pin it:
+//! `taskset -c 0 cargo bench -p kubeplug-informer --bench pipeline`.
+//! `PIPELINE_OBJECTS` and `PIPELINE_UPDATES` change the sizes (defaults 100000 and 1000000).
+
+// A benchmark's job is to print its figures.
+#![allow(clippy::print_stdout)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::FutureExt;
+use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
+use kubeplug_informer::object::ObjectDecoder;
+use kubeplug_informer::reflector::ReflectorConfig;
+use kubeplug_informer::resource::Resource;
+use kubeplug_informer::source::{
+    ListPage, ListRequest, ListerWatcher, SourceError, WatchEvent, WatchRequest, WatchStream,
+};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static ALLOCATOR: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
+
+/// Lists `objects` in pages; its first watch streams `updates` MODIFIED events cycling over
+/// them once `go` is notified, yielding now and then as a network read would.
+struct Replay {
+    objects: Arc<Vec<Bytes>>,
+    updates: usize,
+    watched: std::sync::atomic::AtomicBool,
+    go: Arc<tokio::sync::Notify>,
+}
+
+impl ListerWatcher for Replay {
+    fn list(
+        &self,
+        request: ListRequest,
+    ) -> futures::future::BoxFuture<'_, Result<ListPage, SourceError>> {
+        let start: usize = request
+            .continue_token
+            .map_or(0, |t| t.parse().expect("our token"));
+        let end = (start + request.limit.unwrap_or(u32::MAX) as usize).min(self.objects.len());
+        let page = ListPage {
+            items: self.objects[start..end].to_vec(),
+            resource_version: "1".into(),
+            continue_token: (end < self.objects.len()).then(|| end.to_string()),
+        };
+        async move { Ok(page) }.boxed()
+    }
+
+    fn watch(
+        &self,
+        _: WatchRequest,
+    ) -> futures::future::BoxFuture<'_, Result<WatchStream, SourceError>> {
+        let stream: WatchStream = if self
+            .watched
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            Box::pin(futures::stream::pending())
+        } else {
+            let objects = self.objects.clone();
+            let updates = self.updates;
+            let go = self.go.clone();
+            Box::pin(futures::stream::unfold(0, move |i| {
+                let objects = objects.clone();
+                let go = go.clone();
+                async move {
+                    if i == 0 {
+                        go.notified().await;
+                    }
+                    if i == updates {
+                        return None;
+                    }
+                    if i % 64 == 63 {
+                        tokio::task::yield_now().await;
+                    }
+                    let event = WatchEvent::Modified(objects[i % objects.len()].clone());
+                    Some((Ok(event), i + 1))
+                }
+            }))
+        };
+        async move { Ok(stream) }.boxed()
+    }
+}
+
+/// A Pod of about 5 KB, managedFields included, as the API server lists it (no kind).
+fn pod_json(i: usize) -> String {
+    let managed: Vec<String> = ["kube-controller-manager", "kubelet", "kubectl-label", "kube-scheduler"]
+        .iter()
+        .map(|manager| {
+            format!(
+                r#"{{"manager":"{manager}","operation":"Update","apiVersion":"v1","time":"2026-11-29T08:34:14Z","fieldsType":"FieldsV1","fieldsV1":{{"f:metadata":{{"f:labels":{{".":{{}},"f:app":{{}},"f:pod-template-hash":{{}}}},"f:ownerReferences":{{".":{{}},"k:{{\"uid\":\"1b1f6c0e\"}}":{{}}}}}},"f:status":{{"f:conditions":{{"k:{{\"type\":\"Ready\"}}":{{".":{{}},"f:lastProbeTime":{{}},"f:lastTransitionTime":{{}},"f:status":{{}},"f:type":{{}}}}}},"f:podIP":{{}}}}}}}}"#
+            )
+        })
+        .collect();
+    let containers: Vec<String> = (0..2)
+        .map(|c| {
+            format!(
+                r#"{{"name":"app-{c}","image":"registry.example.com/team/app-{c}:v1.2.{i}","ports":[{{"name":"http","containerPort":8080,"protocol":"TCP"}}],"env":[{{"name":"LOG_LEVEL","value":"info"}},{{"name":"POD_NAME","valueFrom":{{"fieldRef":{{"apiVersion":"v1","fieldPath":"metadata.name"}}}}}}],"resources":{{"limits":{{"memory":"256Mi"}},"requests":{{"cpu":"100m","memory":"128Mi"}}}},"volumeMounts":[{{"name":"config","mountPath":"/etc/app"}},{{"name":"kube-api-access-x7k2p","readOnly":true,"mountPath":"/var/run/secrets/kubernetes.io/serviceaccount"}}],"livenessProbe":{{"httpGet":{{"path":"/healthz","port":8080,"scheme":"HTTP"}},"timeoutSeconds":1,"periodSeconds":10,"successThreshold":1,"failureThreshold":3}},"terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File","imagePullPolicy":"IfNotPresent"}}"#
+            )
+        })
+        .collect();
+    let statuses: Vec<String> = (0..2)
+        .map(|c| {
+            format!(
+                r#"{{"name":"app-{c}","state":{{"running":{{"startedAt":"2026-11-29T08:34:20Z"}}}},"lastState":{{}},"ready":true,"restartCount":0,"image":"registry.example.com/team/app-{c}:v1.2.{i}","imageID":"registry.example.com/team/app-{c}@sha256:4f1e0c6d9b2a8e7f3c5d1a9b8e7f6c5d4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d","containerID":"containerd://9b2a8e7f3c5d1a9b8e7f6c5d4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d4f1e0c6d","started":true}}"#
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"metadata":{{"name":"web-7c9f8d6b5-{i:06}","generateName":"web-7c9f8d6b5-","namespace":"team-{ns}","uid":"6b1f6c0e-8f7a-4c1e-9a57-{i:012}","resourceVersion":"{rv}","creationTimestamp":"2026-11-29T08:34:14Z","labels":{{"app":"web","pod-template-hash":"7c9f8d6b5","team":"team-{ns}"}},"annotations":{{"kubectl.kubernetes.io/restartedAt":"2026-11-29T08:30:00Z"}},"ownerReferences":[{{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-7c9f8d6b5","uid":"1b1f6c0e-8f7a-4c1e-9a57-3f1f2d9a0001","controller":true,"blockOwnerDeletion":true}}],"managedFields":[{managed}]}},"spec":{{"volumes":[{{"name":"config","configMap":{{"name":"web-config","defaultMode":420}}}},{{"name":"kube-api-access-x7k2p","projected":{{"sources":[{{"serviceAccountToken":{{"expirationSeconds":3607,"path":"token"}}}},{{"configMap":{{"name":"kube-root-ca.crt","items":[{{"key":"ca.crt","path":"ca.crt"}}]}}}}],"defaultMode":420}}}}],"containers":[{containers}],"restartPolicy":"Always","terminationGracePeriodSeconds":30,"dnsPolicy":"ClusterFirst","serviceAccountName":"default","nodeName":"node-{node}","securityContext":{{}},"schedulerName":"default-scheduler","tolerations":[{{"key":"node.kubernetes.io/not-ready","operator":"Exists","effect":"NoExecute","tolerationSeconds":300}},{{"key":"node.kubernetes.io/unreachable","operator":"Exists","effect":"NoExecute","tolerationSeconds":300}}],"priority":0,"enableServiceLinks":true,"preemptionPolicy":"PreemptLowerPriority"}},"status":{{"phase":"Running","conditions":[{{"type":"Initialized","status":"True","lastProbeTime":null,"lastTransitionTime":"2026-11-29T08:34:14Z"}},{{"type":"Ready","status":"True","lastProbeTime":null,"lastTransitionTime":"2026-11-29T08:34:21Z"}},{{"type":"ContainersReady","status":"True","lastProbeTime":null,"lastTransitionTime":"2026-11-29T08:34:21Z"}},{{"type":"PodScheduled","status":"True","lastProbeTime":null,"lastTransitionTime":"2026-11-29T08:34:14Z"}}],"hostIP":"10.0.0.{node}","podIP":"10.244.{node}.{ip}","podIPs":[{{"ip":"10.244.{node}.{ip}"}}],"startTime":"2026-11-29T08:34:14Z","containerStatuses":[{statuses}],"qosClass":"Burstable"}}}}"#,
+        managed = managed.join(","),
+        containers = containers.join(","),
+        statuses = statuses.join(","),
+        ns = i % 50,
+        node = i % 200,
+        ip = i % 250,
+        rv = 1000 + i,
+    )
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn figure(name: &str, value: f64, unit: &str) {
+    println!(r#"{{"figure":"{name}","value":{value:.3},"unit":"{unit}"}}"#);
+}
+
+fn live_bytes(region: &Region<'_, std::alloc::System>) -> i64 {
+    let change = region.change();
+    change.bytes_allocated as i64 - change.bytes_deallocated as i64
+}
+
+async fn run_once(
+    objects: &Arc<Vec<Bytes>>,
+    updates: usize,
+    measure_memory: bool,
+) -> (Duration, Duration, Option<(i64, usize)>) {
+    let pods = Resource::new("", "v1", "Pod", "pods", true);
+    let go = Arc::new(tokio::sync::Notify::new());
+    let source = Arc::new(Replay {
+        objects: objects.clone(),
+        updates,
+        watched: Default::default(),
+        go: go.clone(),
+    });
+    let region = Region::new(ALLOCATOR);
+    let informer =
+        SharedIndexInformer::new(source, ObjectDecoder::new(pods), ReflectorConfig::default());
+    let mut handler = informer.add_handler(HandlerOptions::default());
+    let started = Instant::now();
+    informer.start();
+    let mut seen = 0;
+    while seen < objects.len() {
+        seen += handler
+            .recv_batch(256)
+            .await
+            .expect("informer running")
+            .len();
+    }
+    let synced_at = started.elapsed();
+    let memory = measure_memory.then(|| {
+        let json: usize = informer
+            .indexer()
+            .list()
+            .iter()
+            .map(|o| o.json().len())
+            .sum();
+        (live_bytes(&region), json)
+    });
+    let streaming = Instant::now();
+    go.notify_one();
+    while seen < objects.len() + updates {
+        seen += handler
+            .recv_batch(256)
+            .await
+            .expect("informer running")
+            .len();
+    }
+    let streamed = streaming.elapsed();
+    informer.stop().await;
+    (synced_at, streamed, memory)
+}
+
+fn main() {
+    let object_count = env_usize("PIPELINE_OBJECTS", 100_000);
+    let updates = env_usize("PIPELINE_UPDATES", 1_000_000);
+    let objects: Arc<Vec<Bytes>> = Arc::new(
+        (0..object_count)
+            .map(|i| Bytes::from(pod_json(i)))
+            .collect(),
+    );
+    let average = objects.iter().map(Bytes::len).sum::<usize>() / object_count;
+    println!(
+        "# {object_count} Pods of {average} bytes on the wire, then {updates} updates; current-thread runtime"
+    );
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    // Warm-up, then the measured runs; memory from the first measured run.
+    runtime.block_on(run_once(&objects, updates.min(100_000), false));
+    let mut syncs = Vec::new();
+    let mut rates = Vec::new();
+    let mut memory = None;
+    for run in 0..5 {
+        let (sync, streamed, mem) = runtime.block_on(run_once(&objects, updates, run == 0));
+        syncs.push(sync.as_secs_f64());
+        rates.push(updates as f64 / streamed.as_secs_f64());
+        memory = memory.or(mem);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let sync = median(&mut syncs);
+    let rate = median(&mut rates);
+    let (cache_bytes, json_bytes) = memory.expect("measured");
+    figure("initial_sync_seconds", sync, "s");
+    figure(
+        "initial_sync_objects_per_second",
+        object_count as f64 / sync,
+        "objects/s",
+    );
+    figure("steady_state_deltas_per_second", rate, "deltas/s");
+    figure(
+        "cache_bytes_per_object",
+        cache_bytes as f64 / object_count as f64,
+        "bytes",
+    );
+    figure(
+        "cached_json_bytes_per_object",
+        json_bytes as f64 / object_count as f64,
+        "bytes",
+    );
+    figure(
+        "cache_to_json_ratio",
+        cache_bytes as f64 / json_bytes as f64,
+        "ratio",
+    );
+    println!();
+    println!("| figure | value |");
+    println!("|---|---|");
+    println!(
+        "| initial sync of {object_count} | {sync:.3} s ({:.0} objects/s) |",
+        object_count as f64 / sync
+    );
+    println!("| steady state | {rate:.0} deltas/s |");
+    println!(
+        "| cache | {:.0} bytes/object for {:.0} bytes of JSON ({:.2}x) |",
+        cache_bytes as f64 / object_count as f64,
+        json_bytes as f64 / object_count as f64,
+        cache_bytes as f64 / json_bytes as f64
+    );
+}
