@@ -351,3 +351,6 @@ async fn resync(inner: Arc<Inner>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

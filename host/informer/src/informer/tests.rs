@@ -1,0 +1,401 @@
+//! The informer against the in-memory server: what a handler author would notice.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::memory::{Call, Fault, MemoryServer};
+use crate::object::ObjectKey;
+use crate::resource::Resource;
+use crate::source::Status;
+
+fn pods() -> Resource {
+    Resource::new("", "v1", "Pod", "pods", true)
+}
+
+fn pod(name: &str, generation: u32) -> String {
+    format!(
+        r#"{{"metadata":{{"name":"{name}","namespace":"ns","labels":{{"gen":"{generation}"}}}},"spec":{{"x":{generation}}}}}"#
+    )
+}
+
+fn informer_on(server: &MemoryServer) -> SharedIndexInformer {
+    let source = Arc::new(server.lister_watcher(pods(), None, None, None));
+    SharedIndexInformer::new(source, ObjectDecoder::new(pods()), ReflectorConfig::default())
+}
+
+/// The server's state as key → resourceVersion.
+fn server_state(server: &MemoryServer) -> BTreeMap<String, u64> {
+    let decoder = ObjectDecoder::new(pods());
+    server
+        .snapshot(&pods())
+        .values()
+        .map(|json| {
+            let object = decoder.decode(json).unwrap();
+            (object.key().to_string(), object.resource_version())
+        })
+        .collect()
+}
+
+fn cache_state(informer: &SharedIndexInformer) -> BTreeMap<String, u64> {
+    informer
+        .indexer()
+        .list()
+        .iter()
+        .map(|o| (o.key().to_string(), o.resource_version()))
+        .collect()
+}
+
+/// What one handler has been told, key by key, and the order it was told in.
+#[derive(Default, Debug)]
+struct View {
+    /// Last state per key: its resourceVersion, or gone.
+    last: BTreeMap<String, Option<u64>>,
+    log: Vec<(String, &'static str, u64, bool)>,
+}
+
+impl View {
+    fn apply(&mut self, notification: &Notification) {
+        let key = notification.key().to_string();
+        let rv = notification.object().resource_version();
+        let (kind, flag) = match notification {
+            Notification::Add { in_initial_list, .. } => ("add", *in_initial_list),
+            Notification::Update { resync, .. } => ("update", *resync),
+            Notification::Delete {
+                final_state_unknown,
+                ..
+            } => ("delete", *final_state_unknown),
+        };
+        self.last
+            .insert(key.clone(), (kind != "delete").then_some(rv));
+        self.log.push((key, kind, rv, flag));
+    }
+
+    fn live(&self) -> BTreeMap<String, u64> {
+        self.last
+            .iter()
+            .filter_map(|(k, rv)| rv.map(|rv| (k.clone(), rv)))
+            .collect()
+    }
+}
+
+/// Reads notifications until `done` holds; panics after a minute of (paused) time.
+async fn read_until(rx: &mut ListenerReceiver, view: &mut View, done: impl Fn(&View) -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !done(view) {
+        let batch = tokio::time::timeout_at(deadline, rx.recv_batch(64))
+            .await
+            .unwrap_or_else(|_| panic!("handler never saw the expected state; it saw {view:?}"))
+            .expect("handler still registered");
+        for notification in batch.iter() {
+            view.apply(notification);
+        }
+    }
+}
+
+async fn wait_for_cache(informer: &SharedIndexInformer, server: &MemoryServer) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    while cache_state(informer) != server_state(server) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "cache never caught up: {:?} vs {:?}",
+            cache_state(informer),
+            server_state(server)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_handler_gets_the_cache_then_live_events() {
+    let server = MemoryServer::new();
+    for name in ["a", "b", "c"] {
+        server.create(&pods(), &pod(name, 1)).unwrap();
+    }
+    let informer = informer_on(&server);
+    let mut early = informer.add_handler(HandlerOptions::default());
+    informer.start();
+    let mut early_view = View::default();
+    read_until(&mut early, &mut early_view, |v| v.last.len() == 3).await;
+    assert!(early_view.log.iter().all(|(_, kind, _, initial)| *kind == "add" && *initial));
+    assert!(informer.has_synced());
+    assert!(early.has_synced());
+
+    let mut late = informer.add_handler(HandlerOptions::default());
+    assert!(!late.has_synced(), "its replayed cache is not handled yet");
+    let mut late_view = View::default();
+    read_until(&mut late, &mut late_view, |v| v.last.len() == 3).await;
+    assert!(late_view.log.iter().all(|(_, kind, _, initial)| *kind == "add" && *initial));
+    assert!(late.has_synced());
+
+    server.create(&pods(), &pod("d", 1)).unwrap();
+    server.update(&pods(), &pod("a", 2)).unwrap();
+    for (rx, view) in [(&mut early, &mut early_view), (&mut late, &mut late_view)] {
+        read_until(rx, view, |v| v.log.len() == 5).await;
+        assert_eq!(view.log[3].0, "ns/d");
+        assert_eq!(view.log[3].1, "add");
+        assert!(!view.log[3].3, "a live add is not part of the initial list");
+        assert_eq!((view.log[4].0.as_str(), view.log[4].1), ("ns/a", "update"));
+        assert_eq!(view.live(), server_state(&server));
+    }
+    informer.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn remove_handler_stops_delivery() {
+    let server = MemoryServer::new();
+    let informer = informer_on(&server);
+    let mut kept = informer.add_handler(HandlerOptions::default());
+    let mut removed = informer.add_handler(HandlerOptions::default());
+    informer.start();
+    informer.wait_for_sync().await;
+    assert_eq!(informer.handler_count(), 2);
+
+    informer.remove_handler(removed.id());
+    server.create(&pods(), &pod("a", 1)).unwrap();
+    let mut view = View::default();
+    read_until(&mut kept, &mut view, |v| v.last.len() == 1).await;
+    assert!(removed.recv_batch(10).await.is_none());
+    assert_eq!(informer.handler_count(), 1);
+
+    drop(kept);
+    assert_eq!(informer.handler_count(), 0, "dropping a receiver unregisters it");
+    informer.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_relist_after_410_delivers_tombstones_for_objects_deleted_meanwhile() {
+    let server = MemoryServer::new();
+    for name in ["gone", "kept"] {
+        server.create(&pods(), &pod(name, 1)).unwrap();
+    }
+    let informer = informer_on(&server);
+    let mut rx = informer.add_handler(HandlerOptions::default());
+    informer.start();
+    let mut view = View::default();
+    read_until(&mut rx, &mut view, |v| v.last.len() == 2).await;
+
+    // The watch breaks and cannot be reopened for a while; meanwhile "gone" is deleted and
+    // history is compacted, so the re-watch gets 410 and the informer relists.
+    server.inject(Fault::Fail {
+        call: Call::Watch,
+        times: 1,
+        status: Status::new(500, "InternalError", "etcd is sad"),
+        retry_after: None,
+    });
+    server.inject(Fault::EndWatches);
+    tokio::task::yield_now().await;
+    server.delete(&pods(), &ObjectKey::from("ns/gone")).unwrap();
+    server.create(&pods(), &pod("new", 1)).unwrap();
+    server.inject(Fault::Compact);
+
+    read_until(&mut rx, &mut view, |v| v.last.get("ns/gone") == Some(&None)).await;
+    let tombstone = view.log.iter().find(|(k, kind, ..)| k == "ns/gone" && *kind == "delete");
+    assert_eq!(tombstone.map(|t| t.3), Some(true), "final state unknown: {view:?}");
+    read_until(&mut rx, &mut view, |v| v.last.contains_key("ns/new")).await;
+    assert_eq!(view.live(), server_state(&server));
+    assert!(informer.reflector_stats().lists.load(Ordering::Relaxed) >= 2);
+    informer.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_handler_does_not_delay_a_fast_one() {
+    let server = MemoryServer::new();
+    let informer = informer_on(&server);
+    let slow = informer.add_handler(HandlerOptions::default());
+    let mut fast = informer.add_handler(HandlerOptions::default());
+    informer.start();
+    informer.wait_for_sync().await;
+    for i in 0..500 {
+        server.create(&pods(), &pod(&format!("p{i}"), 1)).unwrap();
+    }
+    let mut view = View::default();
+    read_until(&mut fast, &mut view, |v| v.last.len() == 500).await;
+    assert_eq!(slow.depth(), 500, "the slow handler's backlog waits in its own buffer");
+    informer.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn resync_goes_only_to_handlers_whose_period_is_due() {
+    let server = MemoryServer::new();
+    for name in ["a", "b"] {
+        server.create(&pods(), &pod(name, 1)).unwrap();
+    }
+    let informer = informer_on(&server);
+    let every_10s = HandlerOptions {
+        resync_period: Some(Duration::from_secs(10)),
+        ..HandlerOptions::default()
+    };
+    let every_25s = HandlerOptions {
+        resync_period: Some(Duration::from_secs(25)),
+        ..HandlerOptions::default()
+    };
+    let mut fast = informer.add_handler(every_10s);
+    let mut slow = informer.add_handler(every_25s);
+    let mut never = informer.add_handler(HandlerOptions::default());
+    informer.start();
+    let (mut fast_view, mut slow_view, mut never_view) = Default::default();
+    read_until(&mut fast, &mut fast_view, |v: &View| v.log.len() == 2).await;
+    read_until(&mut slow, &mut slow_view, |v: &View| v.log.len() == 2).await;
+    read_until(&mut never, &mut never_view, |v: &View| v.log.len() == 2).await;
+
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    read_until(&mut fast, &mut fast_view, |v| v.log.len() == 6).await;
+    let resyncs = |v: &View| v.log.iter().filter(|(_, kind, _, resync)| *kind == "update" && *resync).count();
+    assert_eq!(resyncs(&fast_view), 4, "two resyncs of two objects");
+    assert_eq!(slow.depth(), 0, "not due yet");
+    assert_eq!(never.depth(), 0);
+
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    read_until(&mut slow, &mut slow_view, |v| v.log.len() == 4).await;
+    assert_eq!(resyncs(&slow_view), 2);
+    assert_eq!(never.depth(), 0, "a handler without a period never resyncs");
+    informer.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_objects_are_skipped_counted_and_reported() {
+    let server = MemoryServer::new();
+    server.create(&pods(), &pod("a", 1)).unwrap();
+    let seen_errors = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let errors = seen_errors.clone();
+    let informer = SharedIndexInformer::with_error_handler(
+        Arc::new(server.lister_watcher(pods(), None, None, None)),
+        ObjectDecoder::new(pods()),
+        ReflectorConfig::default(),
+        Some(Arc::new(move |e: &crate::reflector::ReflectorError| {
+            errors.lock().unwrap().push(e.to_string());
+        })),
+    );
+    let mut rx = informer.add_handler(HandlerOptions::default());
+    informer.start();
+    informer.wait_for_sync().await;
+    for garbage in [
+        crate::memory::Garbage::NotJson,
+        crate::memory::Garbage::Truncated,
+        crate::memory::Garbage::WrongKind,
+        crate::memory::Garbage::MissingName,
+    ] {
+        server.inject(Fault::Garbage(garbage));
+    }
+    server.inject(Fault::EndWatches);
+    server.create(&pods(), &pod("b", 1)).unwrap();
+    let mut view = View::default();
+    read_until(&mut rx, &mut view, |v| v.last.len() == 2).await;
+    assert_eq!(view.live(), server_state(&server));
+    assert_eq!(informer.reflector_stats().skipped_objects.load(Ordering::Relaxed), 4);
+    let errors = seen_errors.lock().unwrap().clone();
+    assert_eq!(errors.iter().filter(|e| e.contains("skipped an object of v1/pods")).count(), 4);
+    assert!(errors.iter().any(|e| e.contains("expected v1/Pod")), "{errors:?}");
+    informer.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn streaming_list_is_used_when_offered() {
+    let server = MemoryServer::with_config(crate::memory::ServerConfig {
+        streaming_list: true,
+        ..Default::default()
+    });
+    server.create(&pods(), &pod("a", 1)).unwrap();
+    let informer = informer_on(&server);
+    let mut rx = informer.add_handler(HandlerOptions::default());
+    informer.start();
+    let mut view = View::default();
+    read_until(&mut rx, &mut view, |v| v.last.len() == 1).await;
+    assert!(informer.has_synced());
+    assert_eq!(server.list_calls(), 0, "no list call: the watch streamed the initial state");
+    informer.stop().await;
+}
+
+/// One step of random churn.
+#[derive(Debug, Clone)]
+enum Step {
+    Create(u8),
+    Update(u8),
+    Delete(u8),
+    Fault(u8),
+    Wait(u16),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => any::<u8>().prop_map(Step::Create),
+        4 => any::<u8>().prop_map(Step::Update),
+        2 => any::<u8>().prop_map(Step::Delete),
+        1 => (0u8..6).prop_map(Step::Fault),
+        2 => (0u16..3000).prop_map(Step::Wait),
+    ]
+}
+
+async fn churn(steps: Vec<Step>) {
+    let server = MemoryServer::with_config(crate::memory::ServerConfig {
+        history: 50,
+        ..Default::default()
+    });
+    let informer = informer_on(&server);
+    let mut handlers: Vec<_> = (0..2)
+        .map(|_| informer.add_handler(HandlerOptions::default()))
+        .collect();
+    informer.start();
+    let mut generation = 0;
+    for step in steps {
+        generation += 1;
+        let name = |i: u8| format!("p{}", i % 40);
+        match step {
+            Step::Create(i) => {
+                let _ = server.create(&pods(), &pod(&name(i), generation));
+            }
+            Step::Update(i) => {
+                let _ = server.update(&pods(), &pod(&name(i), generation));
+            }
+            Step::Delete(i) => {
+                let _ = server.delete(&pods(), &ObjectKey::new(Some("ns"), &name(i)));
+            }
+            Step::Fault(kind) => server.inject(match kind {
+                0 => Fault::EndWatches,
+                1 => Fault::Compact,
+                2 => Fault::Restart { keep_history: false },
+                3 => Fault::Fail {
+                    call: Call::Watch,
+                    times: 2,
+                    status: Status::new(500, "InternalError", "injected"),
+                    retry_after: None,
+                },
+                4 => Fault::Fail {
+                    call: Call::List,
+                    times: 1,
+                    status: Status::new(429, "TooManyRequests", "injected"),
+                    retry_after: Some(Duration::from_secs(2)),
+                },
+                _ => Fault::EndNextWatchAfter(3),
+            }),
+            Step::Wait(ms) => tokio::time::sleep(Duration::from_millis(u64::from(ms))).await,
+        }
+    }
+    wait_for_cache(&informer, &server).await;
+    let expected = server_state(&server);
+    for rx in &mut handlers {
+        let mut view = View::default();
+        read_until(rx, &mut view, |v| v.live() == expected).await;
+    }
+    informer.stop().await;
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// After random churn with injected faults, the cache equals the server's state and every
+    /// handler's last view of every key equals the server's.
+    #[test]
+    fn cache_and_handlers_converge_under_churn_and_faults(steps in prop::collection::vec(step(), 1..200)) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(churn(steps));
+    }
+}
