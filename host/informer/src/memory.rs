@@ -13,7 +13,8 @@
 
 use std::cell::OnceCell;
 use std::cmp::Ordering as KeyOrder;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::{self, Write as _};
 use std::iter::Peekable;
 use std::ops::{Bound, Range};
@@ -203,10 +204,9 @@ struct State {
     compacted: u64,
     /// Every change with a version `> compacted`, oldest first, at most `config.history`.
     history: VecDeque<Change>,
-    /// One per resource ever used; indexes never change.
+    /// One per resource ever used, each resource once; indexes never change. (A handful of
+    /// resources: a linear search beats hashing five strings.)
     tables: Vec<Table>,
-    /// Where each resource's table is in `tables`.
-    by_resource: HashMap<Resource, usize>,
     faults: PendingFaults,
     list_calls: u64,
     watch_calls: u64,
@@ -376,12 +376,11 @@ impl MemoryServer {
         let table = state.table(resource);
         let prev = state.tables[table]
             .objects
-            .get(key)
-            .cloned()
+            .remove(key)
             .ok_or_else(|| not_found(resource, key))?;
         let rv = state.revision + 1;
         let json = render(&prev, "", Some(rv));
-        state.commit(rv, table, key.clone(), Some(prev), None);
+        state.publish(rv, table, key.clone(), Some(prev), None);
         Ok(Written {
             key: key.clone(),
             resource_version: rv,
@@ -395,28 +394,42 @@ impl MemoryServer {
         let mut state = self.lock();
         let table = state.table(resource);
         let key = incoming.key.clone();
-        let prev = state.tables[table].objects.get(&key).cloned();
         let rv = state.revision + 1;
-        let uid: Box<str> = match (mode, &prev) {
-            (WriteMode::Create, Some(_)) => return Err(already_exists(resource, &key)),
-            (WriteMode::Update, None) => return Err(not_found(resource, &key)),
-            (WriteMode::Update, Some(old)) => {
-                if let Some(expected) = &incoming.resource_version
-                    && expected.parse() != Ok(old.resource_version)
-                {
-                    return Err(conflict(resource, &key));
+        // One walk of the map: check, store, and keep the previous state.
+        let (prev, stored) = match state.tables[table].objects.entry(key.clone()) {
+            Entry::Occupied(mut entry) => {
+                let old = entry.get();
+                match mode {
+                    WriteMode::Create => return Err(already_exists(resource, &key)),
+                    WriteMode::Update
+                        if incoming
+                            .resource_version
+                            .as_ref()
+                            .is_some_and(|rv| rv.parse() != Ok(old.resource_version)) =>
+                    {
+                        return Err(conflict(resource, &key));
+                    }
+                    WriteMode::Update | WriteMode::Apply => {}
                 }
-                old.uid.clone()
+                let uid = old.uid.clone();
+                let stored = Arc::new(incoming.store(&uid, rv));
+                (Some(entry.insert(stored.clone())), stored)
             }
-            (WriteMode::Apply, Some(old)) => old.uid.clone(),
-            (WriteMode::Create | WriteMode::Apply, None) => match &incoming.uid {
-                Some(uid) => uid.clone(),
-                None => format!("00000000-0000-4000-8000-{rv:012x}").into(),
-            },
+            Entry::Vacant(entry) => {
+                if let WriteMode::Update = mode {
+                    return Err(not_found(resource, &key));
+                }
+                let uid: Box<str> = match &incoming.uid {
+                    Some(uid) => uid.clone(),
+                    None => format!("00000000-0000-4000-8000-{rv:012x}").into(),
+                };
+                let stored = Arc::new(incoming.store(&uid, rv));
+                entry.insert(stored.clone());
+                (None, stored)
+            }
         };
-        let stored = Arc::new(incoming.store(&uid, rv));
         let json = stored.json.clone();
-        state.commit(rv, table, key.clone(), prev, Some(stored));
+        state.publish(rv, table, key.clone(), prev, Some(stored));
         Ok(Written {
             key,
             resource_version: rv,
@@ -428,10 +441,9 @@ impl MemoryServer {
     pub fn snapshot(&self, resource: &Resource) -> BTreeMap<ObjectKey, Bytes> {
         let state = self.lock();
         state
-            .by_resource
-            .get(resource)
-            .map(|&t| {
-                state.tables[t]
+            .find(resource)
+            .map(|table| {
+                table
                     .objects
                     .iter()
                     .map(|(key, object)| (key.clone(), object.json.clone()))
@@ -443,8 +455,8 @@ impl MemoryServer {
     /// One object's current JSON as a list item, if it exists.
     pub fn get(&self, resource: &Resource, key: &ObjectKey) -> Option<Bytes> {
         let state = self.lock();
-        let table = &state.tables[*state.by_resource.get(resource)?];
-        table.objects.get(key).map(|object| object.json.clone())
+        let object = state.find(resource)?.objects.get(key)?;
+        Some(object.json.clone())
     }
 
     /// The last resourceVersion assigned (1 before the first write).
@@ -572,27 +584,28 @@ impl State {
             compacted: 1,
             history: VecDeque::new(),
             tables: Vec::new(),
-            by_resource: HashMap::new(),
             faults: PendingFaults::default(),
             list_calls: 0,
             watch_calls: 0,
         }
     }
 
-    /// The table of `resource`, created on first use.
+    /// The index of the table of `resource`, created on first use.
     fn table(&mut self, resource: &Resource) -> usize {
-        if let Some(&table) = self.by_resource.get(resource) {
+        if let Some(table) = self.tables.iter().position(|t| t.resource == *resource) {
             return table;
         }
-        let table = self.tables.len();
         self.tables.push(Table::new(resource.clone()));
-        self.by_resource.insert(resource.clone(), table);
-        table
+        self.tables.len() - 1
     }
 
-    /// Applies one write with version `rv` (the next one): stores it, tells the watchers,
-    /// remembers it in the history.
-    fn commit(
+    fn find(&self, resource: &Resource) -> Option<&Table> {
+        self.tables.iter().find(|t| t.resource == *resource)
+    }
+
+    /// Publishes a write with version `rv` (the next one) that the caller already applied to
+    /// the table's objects: tells the watchers, remembers it in the history.
+    fn publish(
         &mut self,
         rv: u64,
         table: usize,
@@ -603,10 +616,6 @@ impl State {
         debug_assert_eq!(rv, self.revision + 1);
         self.revision = rv;
         let t = &mut self.tables[table];
-        match &next {
-            Some(object) => t.objects.insert(key.clone(), object.clone()),
-            None => t.objects.remove(&key),
-        };
         let change = Change {
             rv,
             table,
