@@ -24,7 +24,11 @@ fn pod(name: &str, generation: u32) -> String {
 
 fn informer_on(server: &MemoryServer) -> SharedIndexInformer {
     let source = Arc::new(server.lister_watcher(pods(), None, None, None));
-    SharedIndexInformer::new(source, ObjectDecoder::new(pods()), ReflectorConfig::default())
+    SharedIndexInformer::new(
+        source,
+        ObjectDecoder::new(pods()),
+        ReflectorConfig::default(),
+    )
 }
 
 /// The server's state as key → resourceVersion.
@@ -62,7 +66,9 @@ impl View {
         let key = notification.key().to_string();
         let rv = notification.object().resource_version();
         let (kind, flag) = match notification {
-            Notification::Add { in_initial_list, .. } => ("add", *in_initial_list),
+            Notification::Add {
+                in_initial_list, ..
+            } => ("add", *in_initial_list),
             Notification::Update { resync, .. } => ("update", *resync),
             Notification::Delete {
                 final_state_unknown,
@@ -120,7 +126,12 @@ async fn a_late_handler_gets_the_cache_then_live_events() {
     informer.start();
     let mut early_view = View::default();
     read_until(&mut early, &mut early_view, |v| v.last.len() == 3).await;
-    assert!(early_view.log.iter().all(|(_, kind, _, initial)| *kind == "add" && *initial));
+    assert!(
+        early_view
+            .log
+            .iter()
+            .all(|(_, kind, _, initial)| *kind == "add" && *initial)
+    );
     assert!(informer.has_synced());
     assert!(early.has_synced());
 
@@ -128,7 +139,12 @@ async fn a_late_handler_gets_the_cache_then_live_events() {
     assert!(!late.has_synced(), "its replayed cache is not handled yet");
     let mut late_view = View::default();
     read_until(&mut late, &mut late_view, |v| v.last.len() == 3).await;
-    assert!(late_view.log.iter().all(|(_, kind, _, initial)| *kind == "add" && *initial));
+    assert!(
+        late_view
+            .log
+            .iter()
+            .all(|(_, kind, _, initial)| *kind == "add" && *initial)
+    );
     assert!(late.has_synced());
 
     server.create(&pods(), &pod("d", 1)).unwrap();
@@ -162,7 +178,11 @@ async fn remove_handler_stops_delivery() {
     assert_eq!(informer.handler_count(), 1);
 
     drop(kept);
-    assert_eq!(informer.handler_count(), 0, "dropping a receiver unregisters it");
+    assert_eq!(
+        informer.handler_count(),
+        0,
+        "dropping a receiver unregisters it"
+    );
     informer.stop().await;
 }
 
@@ -193,8 +213,15 @@ async fn a_relist_after_410_delivers_tombstones_for_objects_deleted_meanwhile() 
     server.inject(Fault::Compact);
 
     read_until(&mut rx, &mut view, |v| v.last.get("ns/gone") == Some(&None)).await;
-    let tombstone = view.log.iter().find(|(k, kind, ..)| k == "ns/gone" && *kind == "delete");
-    assert_eq!(tombstone.map(|t| t.3), Some(true), "final state unknown: {view:?}");
+    let tombstone = view
+        .log
+        .iter()
+        .find(|(k, kind, ..)| k == "ns/gone" && *kind == "delete");
+    assert_eq!(
+        tombstone.map(|t| t.3),
+        Some(true),
+        "final state unknown: {view:?}"
+    );
     read_until(&mut rx, &mut view, |v| v.last.contains_key("ns/new")).await;
     assert_eq!(view.live(), server_state(&server));
     assert!(informer.reflector_stats().lists.load(Ordering::Relaxed) >= 2);
@@ -214,7 +241,11 @@ async fn a_slow_handler_does_not_delay_a_fast_one() {
     }
     let mut view = View::default();
     read_until(&mut fast, &mut view, |v| v.last.len() == 500).await;
-    assert_eq!(slow.depth(), 500, "the slow handler's backlog waits in its own buffer");
+    assert_eq!(
+        slow.depth(),
+        500,
+        "the slow handler's backlog waits in its own buffer"
+    );
     informer.stop().await;
 }
 
@@ -244,7 +275,12 @@ async fn resync_goes_only_to_handlers_whose_period_is_due() {
 
     tokio::time::sleep(Duration::from_secs(21)).await;
     read_until(&mut fast, &mut fast_view, |v| v.log.len() == 6).await;
-    let resyncs = |v: &View| v.log.iter().filter(|(_, kind, _, resync)| *kind == "update" && *resync).count();
+    let resyncs = |v: &View| {
+        v.log
+            .iter()
+            .filter(|(_, kind, _, resync)| *kind == "update" && *resync)
+            .count()
+    };
     assert_eq!(resyncs(&fast_view), 4, "two resyncs of two objects");
     assert_eq!(slow.depth(), 0, "not due yet");
     assert_eq!(never.depth(), 0);
@@ -286,10 +322,25 @@ async fn bad_objects_are_skipped_counted_and_reported() {
     let mut view = View::default();
     read_until(&mut rx, &mut view, |v| v.last.len() == 2).await;
     assert_eq!(view.live(), server_state(&server));
-    assert_eq!(informer.reflector_stats().skipped_objects.load(Ordering::Relaxed), 4);
+    assert_eq!(
+        informer
+            .reflector_stats()
+            .skipped_objects
+            .load(Ordering::Relaxed),
+        4
+    );
     let errors = seen_errors.lock().unwrap().clone();
-    assert_eq!(errors.iter().filter(|e| e.contains("skipped an object of v1/pods")).count(), 4);
-    assert!(errors.iter().any(|e| e.contains("expected v1/Pod")), "{errors:?}");
+    assert_eq!(
+        errors
+            .iter()
+            .filter(|e| e.contains("skipped an object of v1/pods"))
+            .count(),
+        4
+    );
+    assert!(
+        errors.iter().any(|e| e.contains("expected v1/Pod")),
+        "{errors:?}"
+    );
     informer.stop().await;
 }
 
@@ -306,7 +357,11 @@ async fn streaming_list_is_used_when_offered() {
     let mut view = View::default();
     read_until(&mut rx, &mut view, |v| v.last.len() == 1).await;
     assert!(informer.has_synced());
-    assert_eq!(server.list_calls(), 0, "no list call: the watch streamed the initial state");
+    assert_eq!(
+        server.list_calls(),
+        0,
+        "no list call: the watch streamed the initial state"
+    );
     informer.stop().await;
 }
 
@@ -357,7 +412,9 @@ async fn churn(steps: Vec<Step>) {
             Step::Fault(kind) => server.inject(match kind {
                 0 => Fault::EndWatches,
                 1 => Fault::Compact,
-                2 => Fault::Restart { keep_history: false },
+                2 => Fault::Restart {
+                    keep_history: false,
+                },
                 3 => Fault::Fail {
                     call: Call::Watch,
                     times: 2,
