@@ -223,7 +223,7 @@ impl<'a> ObjectScanner<'a> {
                 Ok(start..self.pos)
             }
             Some(_) => {
-                // A number or literal: runs up to its object's next separator.
+                // A number or literal: a run of the bytes they are made of.
                 while let Some(byte) = bytes.get(self.pos)
                     && SCALAR[usize::from(*byte)]
                 {
@@ -232,18 +232,63 @@ impl<'a> ObjectScanner<'a> {
                 if self.pos == start {
                     return Err(self.error("expected a value"));
                 }
-                let raw = &bytes[start..self.pos];
-                let trailing_ws = raw.iter().rev().take_while(|b| b.is_ascii_whitespace());
-                Ok(start..self.pos - trailing_ws.count())
+                Ok(start..self.pos)
             }
         }
     }
 }
 
-/// Bytes that may make up a number or a literal (and the white space after it).
+/// Iterates over the elements of one JSON array, giving each one's byte range.
+pub struct ArrayScanner<'a> {
+    inner: ObjectScanner<'a>,
+}
+
+impl<'a> ArrayScanner<'a> {
+    /// Starts scanning `text`, which must hold one JSON array (surrounding white space allowed).
+    pub fn new(text: &'a str) -> Result<Self, ScanError> {
+        let mut inner = ObjectScanner {
+            text,
+            pos: 0,
+            start: 0,
+            first: true,
+            done: false,
+            nested: false,
+        };
+        inner.skip_ws();
+        inner.start = inner.pos;
+        inner.expect(b'[', "expected '['")?;
+        Ok(Self { inner })
+    }
+
+    /// The byte range of the next element; `None` after the last.
+    pub fn next_element(&mut self) -> Result<Option<Range<usize>>, ScanError> {
+        let scanner = &mut self.inner;
+        if scanner.done {
+            return Ok(None);
+        }
+        scanner.skip_ws();
+        if scanner.peek() == Some(b']') {
+            scanner.pos += 1;
+            scanner.done = true;
+            scanner.skip_ws();
+            if scanner.pos != scanner.text.len() {
+                return Err(scanner.error("trailing bytes after the array"));
+            }
+            return Ok(None);
+        }
+        if !scanner.first {
+            scanner.expect(b',', "expected ',' or ']'")?;
+            scanner.skip_ws();
+        }
+        scanner.first = false;
+        scanner.skip_value().map(Some)
+    }
+}
+
+/// Bytes that may make up a number or a literal.
 static SCALAR: [bool; 256] = {
     let mut table = [false; 256];
-    let allowed = b"0123456789+-.eEtrufalsn \n\r\t";
+    let allowed = b"0123456789+-.eEtrufalsn";
     let mut i = 0;
     while i < allowed.len() {
         table[allowed[i] as usize] = true;
@@ -266,7 +311,11 @@ fn skip_container(bytes: &[u8], start: usize) -> Result<usize, &'static str> {
     let mut block_start = start;
     while block_start < bytes.len() {
         let block = Block::load(&bytes[block_start..]);
-        let escaped = escaped_bits(block.backslash, &mut escape_carry);
+        let escaped = if block.backslash | escape_carry == 0 {
+            0
+        } else {
+            escaped_bits(block.backslash, &mut escape_carry)
+        };
         let quotes = block.quote & !escaped;
         let in_string = prefix_xor(quotes) ^ string_carry;
         string_carry = 0u64.wrapping_sub(in_string >> 63);
@@ -308,22 +357,33 @@ struct Block {
 
 impl Block {
     fn load(bytes: &[u8]) -> Self {
-        let mut padded = [b' '; 64];
-        let chunk = &bytes[..bytes.len().min(64)];
-        padded[..chunk.len()].copy_from_slice(chunk);
+        match bytes.first_chunk::<64>() {
+            Some(full) => Self::classify(full),
+            None => {
+                let mut padded = [b' '; 64];
+                padded[..bytes.len()].copy_from_slice(bytes);
+                Self::classify(&padded)
+            }
+        }
+    }
+
+    fn classify(bytes: &[u8; 64]) -> Self {
         let mut block = Self {
             quote: 0,
             backslash: 0,
             open: 0,
             close: 0,
         };
-        for (lane, bytes) in padded.chunks_exact(16).enumerate() {
+        for (lane, bytes) in bytes.chunks_exact(16).enumerate() {
             let v = u8x16::new(bytes.try_into().expect("16 bytes"));
-            let mask = |c: u8| u64::from(v.simd_eq(u8x16::splat(c)).to_bitmask()) << (16 * lane);
-            block.quote |= mask(b'"');
-            block.backslash |= mask(b'\\');
-            block.open |= mask(b'{') | mask(b'[');
-            block.close |= mask(b'}') | mask(b']');
+            // `{` and `[` differ only in bit 0x20, as do `}` and `]`.
+            let folded = v | u8x16::splat(0x20);
+            let mask =
+                |v: u8x16, c: u8| u64::from(v.simd_eq(u8x16::splat(c)).to_bitmask()) << (16 * lane);
+            block.quote |= mask(v, b'"');
+            block.backslash |= mask(v, b'\\');
+            block.open |= mask(folded, b'{');
+            block.close |= mask(folded, b'}');
         }
         block
     }
@@ -433,6 +493,7 @@ mod tests {
             r#"{"a":1"#,
             r#"{"a":[1"#,
             r#"{"a":["x]}"#,
+            r#"{"a":1 2}"#,
             r#"{"a":"abc}"#,
             r#"{"a":"\q"}"#,
             r#"{"a":nope}"#,
@@ -444,6 +505,28 @@ mod tests {
             "{\"a\":\"line\nbreak\"}",
         ] {
             assert!(members(bad).is_err(), "accepted {bad:?}");
+        }
+    }
+
+    #[test]
+    fn arrays_give_their_elements() {
+        let text = r#" [ {"a":1}, "x", 2 ,[3]] "#;
+        let mut scanner = ArrayScanner::new(text).unwrap();
+        let mut elements = Vec::new();
+        while let Some(range) = scanner.next_element().unwrap() {
+            elements.push(&text[range]);
+        }
+        assert_eq!(elements, [r#"{"a":1}"#, r#""x""#, "2", "[3]"]);
+        for bad in ["[1,]", "[1 2]", "[", "{}", "[1]x"] {
+            let mut scanner = ArrayScanner::new(bad);
+            let failed = loop {
+                match scanner.as_mut().map(|s| s.next_element()) {
+                    Err(_) | Ok(Err(_)) => break true,
+                    Ok(Ok(None)) => break false,
+                    Ok(Ok(Some(_))) => {}
+                }
+            };
+            assert!(failed, "accepted {bad:?}");
         }
     }
 

@@ -10,7 +10,7 @@ use std::borrow::{Borrow, Cow};
 use std::fmt;
 use std::sync::Arc;
 
-use crate::json::{ObjectScanner, ScanError};
+use crate::json::{ArrayScanner, ObjectScanner, ScanError};
 use crate::resource::Resource;
 
 /// Why a piece of JSON could not become an [`Object`].
@@ -69,7 +69,13 @@ impl ObjectKey {
     /// The key of `name` in `namespace` (`None` or empty for cluster-scoped objects).
     pub fn new(namespace: Option<&str>, name: &str) -> Self {
         match namespace {
-            Some(ns) if !ns.is_empty() => Self(format!("{ns}/{name}").into()),
+            Some(ns) if !ns.is_empty() => {
+                let mut key = String::with_capacity(ns.len() + 1 + name.len());
+                key.push_str(ns);
+                key.push('/');
+                key.push_str(name);
+                Self(key.into())
+            }
             _ => Self(name.into()),
         }
     }
@@ -114,12 +120,52 @@ impl fmt::Debug for ObjectKey {
     }
 }
 
-/// `metadata.labels` as (key, value) pairs sorted by key, keys unique.
-type Labels = Box<[(Box<str>, Box<str>)]>;
+/// `metadata.labels`, sorted by key, keys unique: all keys and values in one string, so that
+/// an object's labels cost two allocations however many there are.
+#[derive(Clone, PartialEq, Eq, Default)]
+struct Labels {
+    /// key₀ value₀ key₁ value₁ …, concatenated.
+    text: Box<str>,
+    /// For label i: where its key ends and where its value ends in `text`. The key starts
+    /// where the previous value ends.
+    ends: Box<[(u32, u32)]>,
+}
+
+impl Labels {
+    fn get(&self, i: usize) -> (&str, &str) {
+        let start = if i == 0 {
+            0
+        } else {
+            self.ends[i - 1].1 as usize
+        };
+        let (key_end, value_end) = self.ends[i];
+        (
+            &self.text[start..key_end as usize],
+            &self.text[key_end as usize..value_end as usize],
+        )
+    }
+
+    fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &str)> {
+        (0..self.ends.len()).map(|i| self.get(i))
+    }
+
+    fn find(&self, key: &str) -> Option<&str> {
+        let (mut low, mut high) = (0, self.ends.len());
+        while low < high {
+            let mid = (low + high) / 2;
+            let (k, v) = self.get(mid);
+            match k.cmp(key) {
+                std::cmp::Ordering::Less => low = mid + 1,
+                std::cmp::Ordering::Greater => high = mid,
+                std::cmp::Ordering::Equal => return Some(v),
+            }
+        }
+        None
+    }
+}
 
 /// One entry of `metadata.ownerReferences`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnerReference {
     /// The owner's `apiVersion`.
     pub api_version: Box<str>,
@@ -130,7 +176,6 @@ pub struct OwnerReference {
     /// The owner's uid.
     pub uid: Box<str>,
     /// Whether this owner is the managing controller.
-    #[serde(default)]
     pub controller: bool,
 }
 
@@ -188,14 +233,11 @@ impl Object {
     }
     /// `metadata.labels`, sorted by key.
     pub fn labels(&self) -> impl ExactSizeIterator<Item = (&str, &str)> {
-        self.labels.iter().map(|(k, v)| (&**k, &**v))
+        self.labels.iter()
     }
     /// The value of one label.
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels
-            .binary_search_by(|(k, _)| (**k).cmp(key))
-            .ok()
-            .map(|i| &*self.labels[i].1)
+        self.labels.find(key)
     }
     /// `metadata.ownerReferences`.
     pub fn owner_references(&self) -> &[OwnerReference] {
@@ -208,30 +250,6 @@ impl Object {
     /// The whole object as JSON text.
     pub fn json(&self) -> &str {
         &self.json
-    }
-
-    /// Heap bytes owned by this object, for the memory figures.
-    pub fn heap_size(&self) -> usize {
-        let boxed = |s: &Option<Box<str>>| s.as_ref().map_or(0, |s| s.len());
-        self.json.len()
-            + boxed(&self.uid)
-            + boxed(&self.deletion_timestamp)
-            + self
-                .labels
-                .iter()
-                .map(|(k, v)| 2 * size_of::<Box<str>>() + k.len() + v.len())
-                .sum::<usize>()
-            + self
-                .owner_references
-                .iter()
-                .map(|o| {
-                    size_of::<OwnerReference>()
-                        + o.api_version.len()
-                        + o.kind.len()
-                        + o.name.len()
-                        + o.uid.len()
-                })
-                .sum::<usize>()
     }
 }
 
@@ -472,12 +490,11 @@ impl MetaFields<'_> {
             .map_err(|_| bad_field("generation", "not an integer"))?;
         let labels = match self.labels {
             Some(raw) => decode_labels(raw).map_err(|reason| bad_field("labels", reason))?,
-            None => Box::default(),
+            None => Labels::default(),
         };
         let owner_references = match self.owner_references {
-            Some(raw) => serde_json::from_str::<Vec<OwnerReference>>(raw)
-                .map_err(|e| bad_field("ownerReferences", &e.to_string()))?
-                .into_boxed_slice(),
+            Some(raw) => decode_owner_references(raw)
+                .map_err(|reason| bad_field("ownerReferences", &reason))?,
             None => Box::default(),
         };
         Ok(DecodedMeta {
@@ -524,16 +541,80 @@ fn json_str(raw: &str) -> Option<Cow<'_, str>> {
     }
 }
 
+fn decode_owner_references(raw: &str) -> Result<Box<[OwnerReference]>, String> {
+    let mut owners = Vec::new();
+    let mut elements = ArrayScanner::new(raw).map_err(|e| e.to_string())?;
+    while let Some(range) = elements.next_element().map_err(|e| e.to_string())? {
+        let element = &raw[range];
+        let index = owners.len();
+        let mut fields: [Option<Cow<'_, str>>; 4] = Default::default();
+        let mut controller = false;
+        let mut members = ObjectScanner::new(element).map_err(|e| format!("[{index}]: {e}"))?;
+        while let Some((field, range)) = members
+            .next_member()
+            .map_err(|e| format!("[{index}]: {e}"))?
+        {
+            let value = &element[range];
+            let slot = match &*field {
+                "apiVersion" => 0,
+                "kind" => 1,
+                "name" => 2,
+                "uid" => 3,
+                "controller" => {
+                    controller = match value {
+                        "true" => true,
+                        "false" | "null" => false,
+                        _ => return Err(format!("[{index}].controller is not a boolean")),
+                    };
+                    continue;
+                }
+                _ => continue,
+            };
+            fields[slot] =
+                Some(json_str(value).ok_or_else(|| format!("[{index}].{field} is not a string"))?);
+        }
+        let [api_version, kind, name, uid] = fields;
+        let required = |value: Option<Cow<'_, str>>, field: &str| {
+            value
+                .map(|v| Box::<str>::from(&*v))
+                .ok_or_else(|| format!("[{index}] has no {field}"))
+        };
+        owners.push(OwnerReference {
+            api_version: required(api_version, "apiVersion")?,
+            kind: required(kind, "kind")?,
+            name: required(name, "name")?,
+            uid: required(uid, "uid")?,
+            controller,
+        });
+    }
+    Ok(owners.into_boxed_slice())
+}
+
 fn decode_labels(raw: &str) -> Result<Labels, &'static str> {
-    let mut labels = Vec::new();
+    let mut pairs: Vec<(Cow<'_, str>, Cow<'_, str>)> = Vec::new();
     let mut members = ObjectScanner::new(raw).map_err(|e| e.what)?;
     while let Some((key, range)) = members.next_member().map_err(|e| e.what)? {
         let value = json_str(&raw[range]).ok_or("a label value is not a string")?;
-        labels.push((Box::<str>::from(&*key), Box::<str>::from(&*value)));
+        pairs.push((key, value));
     }
-    labels.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    labels.dedup_by(|later, earlier| later.0 == earlier.0);
-    Ok(labels.into_boxed_slice())
+    pairs.sort_by(|a, b| a.0.cmp(&b.0));
+    // JSON keeps the last of duplicate keys; so does Kubernetes.
+    pairs.reverse();
+    pairs.dedup_by(|later_in_vec, kept| later_in_vec.0 == kept.0);
+    pairs.reverse();
+    let mut text = String::with_capacity(pairs.iter().map(|(k, v)| k.len() + v.len()).sum());
+    let mut ends = Vec::with_capacity(pairs.len());
+    for (key, value) in &pairs {
+        text.push_str(key);
+        let key_end = text.len();
+        text.push_str(value);
+        let bound = |n: usize| u32::try_from(n).map_err(|_| "labels longer than 4 GiB");
+        ends.push((bound(key_end)?, bound(text.len())?));
+    }
+    Ok(Labels {
+        text: text.into_boxed_str(),
+        ends: ends.into_boxed_slice(),
+    })
 }
 
 fn write_key(out: &mut String, key: &str) {
@@ -583,6 +664,24 @@ mod tests {
         assert_eq!(value["data"]["k"], "v1");
         assert!(value["metadata"].get("managedFields").is_none());
         assert_eq!(value["metadata"]["labels"]["team"], "a");
+    }
+
+    #[test]
+    fn labels_are_sorted_and_the_last_duplicate_wins() {
+        let item = br#"{"metadata":{"name":"a","resourceVersion":"1","labels":{"z":"1","a":"x","m":"","a":"y"}}}"#;
+        let obj = configmaps().decode(item).unwrap();
+        assert_eq!(
+            obj.labels().collect::<Vec<_>>(),
+            [("a", "y"), ("m", ""), ("z", "1")]
+        );
+        assert_eq!(
+            (obj.label("a"), obj.label("m"), obj.label("q")),
+            (Some("y"), Some(""), None)
+        );
+        let bare = configmaps()
+            .decode(br#"{"metadata":{"name":"b","resourceVersion":"1"}}"#)
+            .unwrap();
+        assert_eq!((bare.labels().len(), bare.label("a")), (0, None));
     }
 
     #[test]
