@@ -1,0 +1,792 @@
+//! The local cluster: a directory of YAML manifests served as a Kubernetes API.
+//!
+//! Every object in the directory's files is applied to an in-memory API server
+//! ([`MemoryServer`]), which assigns resourceVersions and serves lists and watches exactly as
+//! the informers expect. Editing, adding or deleting files produces the matching watch events.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use kubeplug_informer::factory::{FactoryError, InformerKey, SourceProvider};
+use kubeplug_informer::memory::MemoryServer;
+use kubeplug_informer::object::ObjectKey;
+use kubeplug_informer::resource::Resource;
+use kubeplug_informer::selector::{FieldSelector, LabelSelector};
+use kubeplug_informer::source::{ListerWatcher, Status};
+use notify::Watcher;
+use serde::Deserialize as _;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::kinds::KindRegistry;
+
+/// How often the directory is rescanned even without file-system events, as a safety net for
+/// volumes where notifications go missing.
+const RESCAN_EVERY: Duration = Duration::from_secs(30);
+
+/// How long to wait after a file-system event for the burst of writes to settle.
+const DEBOUNCE: Duration = Duration::from_millis(150);
+
+/// What went wrong with the directory or one of its manifests. None of these stops the
+/// cluster: the rest of the directory is still served.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    /// The manifest directory cannot be listed.
+    #[error("cannot read the manifest directory {path}: {source}")]
+    ReadDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A manifest file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    ReadFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is not valid YAML; the objects it had before stay as they were.
+    #[error("{path} is not valid YAML ({reason}); its objects are left as they were")]
+    BadYaml {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with line and column.
+        reason: String,
+    },
+    /// One document of a file is not a Kubernetes object.
+    #[error("{path}, document {document}: {reason}")]
+    BadObject {
+        /// The file.
+        path: PathBuf,
+        /// The document's position in the file, from 1.
+        document: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A document's kind is not served: neither built in nor declared by a CRD in the directory.
+    #[error(
+        "{path}, document {document}: no resource serves {api_version} {kind}; add its \
+         CustomResourceDefinition to the directory"
+    )]
+    UnknownKind {
+        /// The file.
+        path: PathBuf,
+        /// The document's position in the file, from 1.
+        document: usize,
+        /// The object's `apiVersion`.
+        api_version: String,
+        /// The object's `kind`.
+        kind: String,
+    },
+    /// Two files declare the same object; the first one keeps it.
+    #[error("{path} declares {resource} {key}, which {owner} already declares; keeping {owner}'s")]
+    Duplicate {
+        /// The later file.
+        path: PathBuf,
+        /// The object's resource.
+        resource: String,
+        /// The object's key.
+        key: String,
+        /// The file that declares it first.
+        owner: PathBuf,
+    },
+    /// The in-memory server refused an object.
+    #[error("{path}: the server refused {resource} {key}: {status}")]
+    Refused {
+        /// The file.
+        path: PathBuf,
+        /// The object's resource.
+        resource: String,
+        /// The object's key.
+        key: String,
+        /// What the server said.
+        status: Box<Status>,
+    },
+}
+
+/// An object's identity across files.
+type ObjectId = (Resource, ObjectKey);
+
+/// What one file contributed at its last successful parse.
+#[derive(Default)]
+struct FileObjects {
+    /// Hash of the file's bytes: an unchanged file is not parsed again.
+    content_hash: u64,
+    /// The objects it declares, as JSON.
+    objects: BTreeMap<ObjectId, String>,
+}
+
+#[derive(Default)]
+struct State {
+    registry: KindRegistry,
+    files: HashMap<PathBuf, FileObjects>,
+    /// Which file declares each object. Invariant: `owners[id] == f` if and only if
+    /// `files[f].objects` has `id`.
+    owners: HashMap<ObjectId, PathBuf>,
+}
+
+/// What one scan of the directory changed, and what it could not load.
+#[derive(Debug, Default)]
+pub struct ScanReport {
+    /// Objects created or changed on the server.
+    pub applied: usize,
+    /// Objects deleted from the server.
+    pub deleted: usize,
+    /// Problems found, each naming its file.
+    pub errors: Vec<LocalError>,
+}
+
+/// A directory of manifests served as a cluster. Cheap to clone.
+///
+/// Contract: after [`rescan`](Self::rescan) the server holds exactly the objects the
+/// directory's readable manifests declare (first file wins on duplicates), plus whatever
+/// clients wrote since and no file overrides; a file that fails to parse keeps its previous
+/// objects. Namespaced objects without a namespace go to `default`, as with kubectl.
+#[derive(Clone)]
+pub struct LocalCluster {
+    dir: PathBuf,
+    server: MemoryServer,
+    state: Arc<Mutex<State>>,
+}
+
+impl std::fmt::Debug for LocalCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalCluster")
+            .field("dir", &self.dir)
+            .finish()
+    }
+}
+
+impl LocalCluster {
+    /// Serves `dir`, loading it once. Fails only if the directory cannot be listed; problems
+    /// with single files are in the report.
+    pub fn open(dir: impl Into<PathBuf>) -> Result<(Self, ScanReport), LocalError> {
+        let dir = dir.into();
+        std::fs::read_dir(&dir).map_err(|source| LocalError::ReadDir {
+            path: dir.clone(),
+            source,
+        })?;
+        let cluster = Self {
+            dir,
+            server: MemoryServer::new(),
+            state: Arc::default(),
+        };
+        let report = cluster.rescan();
+        Ok((cluster, report))
+    }
+
+    /// The in-memory API server behind the cluster (clients write to it directly).
+    pub fn server(&self) -> &MemoryServer {
+        &self.server
+    }
+
+    /// The manifest directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The resource serving `kind` at `api_version`, built in or declared by a CRD.
+    pub fn resolve(&self, api_version: &str, kind: &str) -> Option<Resource> {
+        self.lock().registry.resolve(api_version, kind).cloned()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .expect("local cluster state poisoned by a panic")
+    }
+
+    /// Brings the server in line with the directory. Blocking file I/O: call it off the
+    /// async threads (the watcher does).
+    pub fn rescan(&self) -> ScanReport {
+        let mut report = ScanReport::default();
+        let mut paths = Vec::new();
+        if let Err(source) = collect_manifests(&self.dir, &mut paths) {
+            report.errors.push(LocalError::ReadDir {
+                path: self.dir.clone(),
+                source,
+            });
+            return report;
+        }
+        let mut state = self.lock();
+
+        // Read what changed; parse it into documents.
+        let mut changed: Vec<(PathBuf, u64, Vec<serde_json::Value>)> = Vec::new();
+        for path in &paths {
+            let bytes = match std::fs::read(path) {
+                Ok(bytes) => bytes,
+                Err(source) => {
+                    report.errors.push(LocalError::ReadFile {
+                        path: path.clone(),
+                        source,
+                    });
+                    continue;
+                }
+            };
+            let hash = content_hash(&bytes);
+            if state
+                .files
+                .get(path)
+                .is_some_and(|f| f.content_hash == hash)
+            {
+                continue;
+            }
+            match parse_documents(&bytes) {
+                Ok(documents) => changed.push((path.clone(), hash, documents)),
+                Err(reason) => report.errors.push(LocalError::BadYaml {
+                    path: path.clone(),
+                    reason,
+                }),
+            }
+        }
+        // CRDs first, so that custom objects in any file resolve.
+        for (_, _, documents) in &changed {
+            for document in documents {
+                if document["kind"] == "CustomResourceDefinition" {
+                    state.registry.learn_crd(document);
+                }
+            }
+        }
+
+        let removed: Vec<PathBuf> = state
+            .files
+            .keys()
+            .filter(|f| !paths.contains(f))
+            .cloned()
+            .collect();
+        for path in removed {
+            let old = state.files.remove(&path).unwrap_or_default();
+            for id in old.objects.into_keys() {
+                self.forget(&mut state, &path, id, &mut report);
+            }
+        }
+        for (path, hash, documents) in changed {
+            let objects = to_objects(&state.registry, &path, documents, &mut report);
+            self.replace_file(&mut state, path, hash, objects, &mut report);
+        }
+        report
+    }
+
+    /// Applies a file's new objects and deletes the ones it no longer declares.
+    fn replace_file(
+        &self,
+        state: &mut State,
+        path: PathBuf,
+        hash: u64,
+        objects: BTreeMap<ObjectId, String>,
+        report: &mut ScanReport,
+    ) {
+        let old = state.files.remove(&path).unwrap_or_default();
+        let mut kept = BTreeMap::new();
+        for (id, json) in objects {
+            if let Some(owner) = state.owners.get(&id).filter(|o| **o != path) {
+                report.errors.push(LocalError::Duplicate {
+                    path: path.clone(),
+                    resource: id.0.to_string(),
+                    key: id.1.to_string(),
+                    owner: owner.clone(),
+                });
+                continue;
+            }
+            if old.objects.get(&id) != Some(&json) {
+                match self.server.apply(&id.0, &json) {
+                    Ok(written) => {
+                        info!(file = %path.display(), resource = %id.0, key = %written.key, rv = written.resource_version, "local cluster: applied");
+                        report.applied += 1;
+                    }
+                    Err(status) => {
+                        report.errors.push(LocalError::Refused {
+                            path: path.clone(),
+                            resource: id.0.to_string(),
+                            key: id.1.to_string(),
+                            status: Box::new(status),
+                        });
+                        continue;
+                    }
+                }
+            }
+            state.owners.insert(id.clone(), path.clone());
+            kept.insert(id, json);
+        }
+        for id in old.objects.into_keys() {
+            if !kept.contains_key(&id) {
+                self.forget(state, &path, id, report);
+            }
+        }
+        state.files.insert(
+            path,
+            FileObjects {
+                content_hash: hash,
+                objects: kept,
+            },
+        );
+    }
+
+    /// Deletes an object `path` declared, unless another file owns it.
+    fn forget(&self, state: &mut State, path: &Path, id: ObjectId, report: &mut ScanReport) {
+        if state.owners.get(&id).is_some_and(|owner| owner != path) {
+            return;
+        }
+        state.owners.remove(&id);
+        match self.server.delete(&id.0, &id.1) {
+            Ok(_) => {
+                info!(file = %path.display(), resource = %id.0, key = %id.1, "local cluster: deleted");
+                report.deleted += 1;
+            }
+            // Already gone: a client deleted it meanwhile.
+            Err(status) if status.code == 404 => {}
+            Err(status) => report.errors.push(LocalError::Refused {
+                path: path.to_owned(),
+                resource: id.0.to_string(),
+                key: id.1.to_string(),
+                status: Box::new(status),
+            }),
+        }
+    }
+
+    /// Watches the directory until `cancel` fires: file-system events (debounced) and a
+    /// periodic rescan both lead to [`rescan`](Self::rescan), and one runs at once to catch
+    /// changes made since [`open`](Self::open). The file-system watch is in place when this
+    /// returns. Errors are logged.
+    pub fn watch(&self, cancel: CancellationToken) -> tokio::task::JoinHandle<()> {
+        // Capacity one: an event while a rescan is pending adds nothing (coalescing).
+        let (tx, mut rx) = mpsc::channel::<()>(1);
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            if event.is_ok() {
+                let _ = tx.try_send(());
+            }
+        })
+        .and_then(|mut watcher| {
+            watcher.watch(&self.dir, notify::RecursiveMode::Recursive)?;
+            Ok(watcher)
+        })
+        .inspect_err(|error| {
+            warn!(dir = %self.dir.display(), %error, "cannot watch the manifest directory; rescanning every {RESCAN_EVERY:?} only");
+        })
+        .ok();
+        let cluster = self.clone();
+        tokio::spawn(async move {
+            let _watcher = watcher;
+            let mut tick = tokio::time::interval(RESCAN_EVERY);
+            loop {
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => return,
+                    Some(()) = rx.recv() => tokio::time::sleep(DEBOUNCE).await,
+                    _ = tick.tick() => {}
+                }
+                let scanning = cluster.clone();
+                let report = tokio::task::spawn_blocking(move || scanning.rescan()).await;
+                match report {
+                    Ok(report) => {
+                        for error in &report.errors {
+                            warn!(%error, "local cluster");
+                        }
+                    }
+                    Err(error) => warn!(%error, "local cluster rescan panicked"),
+                }
+            }
+        })
+    }
+}
+
+impl SourceProvider for LocalCluster {
+    fn lister_watcher(&self, key: &InformerKey) -> Result<Arc<dyn ListerWatcher>, FactoryError> {
+        let unavailable = |reason: String| FactoryError::SourceUnavailable {
+            key: key.to_string(),
+            reason,
+        };
+        let labels = key
+            .label_selector
+            .as_deref()
+            .map(LabelSelector::parse)
+            .transpose()
+            .map_err(|e| unavailable(e.to_string()))?;
+        let fields = key
+            .field_selector
+            .as_deref()
+            .map(FieldSelector::parse)
+            .transpose()
+            .map_err(|e| unavailable(e.to_string()))?;
+        Ok(Arc::new(self.server.lister_watcher(
+            key.resource.clone(),
+            key.namespace.clone(),
+            labels,
+            fields,
+        )))
+    }
+}
+
+/// Manifest files under `dir`, recursively; hidden entries and other extensions are skipped.
+fn collect_manifests(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let hidden = entry.file_name().to_string_lossy().starts_with('.');
+        if hidden {
+            continue;
+        }
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            collect_manifests(&path, out)?;
+        } else if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        ) {
+            out.push(path);
+        }
+    }
+    out.sort();
+    Ok(())
+}
+
+fn content_hash(bytes: &[u8]) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The documents of a YAML (or JSON) file; empty documents are dropped and `List`s expanded.
+fn parse_documents(bytes: &[u8]) -> Result<Vec<serde_json::Value>, String> {
+    let mut documents = Vec::new();
+    for document in serde_yaml_ng::Deserializer::from_slice(bytes) {
+        let value = serde_json::Value::deserialize(document).map_err(|e| e.to_string())?;
+        match value {
+            serde_json::Value::Null => {}
+            serde_json::Value::Object(ref map)
+                if map.get("kind").and_then(|k| k.as_str()) == Some("List") =>
+            {
+                let items = map.get("items").and_then(|i| i.as_array()).cloned();
+                documents.extend(items.unwrap_or_default());
+            }
+            value => documents.push(value),
+        }
+    }
+    Ok(documents)
+}
+
+/// Turns documents into objects keyed by identity; bad documents are reported and skipped.
+fn to_objects(
+    registry: &KindRegistry,
+    path: &Path,
+    documents: Vec<serde_json::Value>,
+    report: &mut ScanReport,
+) -> BTreeMap<ObjectId, String> {
+    let mut objects = BTreeMap::new();
+    for (index, mut document) in documents.into_iter().enumerate() {
+        let bad = |reason: &str| LocalError::BadObject {
+            path: path.to_owned(),
+            document: index + 1,
+            reason: reason.to_owned(),
+        };
+        let (Some(api_version), Some(kind)) = (
+            document["apiVersion"].as_str().map(str::to_owned),
+            document["kind"].as_str().map(str::to_owned),
+        ) else {
+            report.errors.push(bad("apiVersion and kind are required"));
+            continue;
+        };
+        let Some(resource) = registry.resolve(&api_version, &kind).cloned() else {
+            report.errors.push(LocalError::UnknownKind {
+                path: path.to_owned(),
+                document: index + 1,
+                api_version,
+                kind,
+            });
+            continue;
+        };
+        let Some(name) = document["metadata"]["name"].as_str().map(str::to_owned) else {
+            report.errors.push(bad("metadata.name is required"));
+            continue;
+        };
+        let metadata = document["metadata"]
+            .as_object_mut()
+            .expect("metadata has a name, so it is an object");
+        let namespace = if resource.namespaced {
+            let namespace = metadata
+                .entry("namespace")
+                .or_insert_with(|| "default".into());
+            Some(namespace.as_str().unwrap_or("default").to_owned())
+        } else {
+            metadata.remove("namespace");
+            None
+        };
+        let key = ObjectKey::new(namespace.as_deref(), &name);
+        objects.insert((resource, key), document.to_string());
+    }
+    objects
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+
+    fn deployments() -> Resource {
+        Resource::new("apps", "v1", "Deployment", "deployments", true)
+    }
+
+    fn keys(cluster: &LocalCluster, resource: &Resource) -> Vec<String> {
+        cluster
+            .server()
+            .snapshot(resource)
+            .into_keys()
+            .map(|k| k.to_string())
+            .collect()
+    }
+
+    const TWO_DEPLOYMENTS: &str = "\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 1
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: api
+  namespace: team-a
+";
+
+    #[test]
+    fn loads_multi_document_files_and_defaults_the_namespace() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "apps.yaml", TWO_DEPLOYMENTS);
+        write(
+            dir.path(),
+            "ns.yml",
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-a\n  namespace: ignored\n",
+        );
+        write(dir.path(), "notes.txt", "not a manifest");
+        write(dir.path(), ".hidden.yaml", "garbage: [");
+        let (cluster, report) = LocalCluster::open(dir.path()).unwrap();
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert_eq!(report.applied, 3);
+        assert_eq!(
+            keys(&cluster, &deployments()),
+            ["default/web", "team-a/api"]
+        );
+        let namespaces = Resource::new("", "v1", "Namespace", "namespaces", false);
+        assert_eq!(keys(&cluster, &namespaces), ["team-a"]);
+    }
+
+    #[test]
+    fn edits_additions_and_deletions_reach_the_server() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "apps.yaml", TWO_DEPLOYMENTS);
+        let (cluster, _) = LocalCluster::open(dir.path()).unwrap();
+        let rv_before = cluster.server().current_resource_version();
+
+        // Unchanged files are not re-applied.
+        let report = cluster.rescan();
+        assert_eq!((report.applied, report.deleted), (0, 0));
+        assert_eq!(cluster.server().current_resource_version(), rv_before);
+
+        // Drop one document, change the other, add a file.
+        write(
+            dir.path(),
+            "apps.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 3\n",
+        );
+        write(
+            dir.path(),
+            "more.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\ndata:\n  a: b\n",
+        );
+        let report = cluster.rescan();
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert_eq!((report.applied, report.deleted), (2, 1));
+        assert_eq!(keys(&cluster, &deployments()), ["default/web"]);
+        let web = cluster
+            .server()
+            .get(&deployments(), &"default/web".into())
+            .unwrap();
+        let web: serde_json::Value = serde_json::from_slice(&web).unwrap();
+        assert_eq!(web["spec"]["replicas"], 3);
+
+        std::fs::remove_file(dir.path().join("more.yaml")).unwrap();
+        let report = cluster.rescan();
+        assert_eq!(report.deleted, 1);
+        let configmaps = Resource::new("", "v1", "ConfigMap", "configmaps", true);
+        assert!(keys(&cluster, &configmaps).is_empty());
+    }
+
+    #[test]
+    fn a_broken_edit_keeps_the_old_objects_and_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "apps.yaml", TWO_DEPLOYMENTS);
+        let (cluster, _) = LocalCluster::open(dir.path()).unwrap();
+        write(
+            dir.path(),
+            "apps.yaml",
+            "apiVersion: apps/v1\nkind: [unclosed\n",
+        );
+        let report = cluster.rescan();
+        assert_eq!(report.errors.len(), 1);
+        let message = report.errors[0].to_string();
+        assert!(
+            message.contains("apps.yaml") && message.contains("not valid YAML"),
+            "{message}"
+        );
+        assert_eq!(keys(&cluster, &deployments()).len(), 2, "nothing lost");
+    }
+
+    #[test]
+    fn bad_documents_are_skipped_with_errors_naming_file_and_document() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "mixed.yaml",
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\n---\nkind: ConfigMap\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: ok\n",
+        );
+        let (cluster, report) = LocalCluster::open(dir.path()).unwrap();
+        let messages: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert!(
+            messages[0].contains("document 1") && messages[0].contains("example.com/v1 Widget")
+        );
+        assert!(messages[1].contains("document 2") && messages[1].contains("apiVersion and kind"));
+        assert_eq!(keys(&cluster, &deployments()), ["default/ok"]);
+    }
+
+    #[test]
+    fn a_crd_in_the_directory_makes_its_kind_servable() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "a-widget.yaml",
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\n",
+        );
+        write(
+            dir.path(),
+            "z-crd.yaml",
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.example.com\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {kind: Widget, plural: widgets}\n  versions: [{name: v1, served: true, storage: true}]\n",
+        );
+        let (cluster, report) = LocalCluster::open(dir.path()).unwrap();
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        let widgets = cluster.resolve("example.com/v1", "Widget").unwrap();
+        assert_eq!(keys(&cluster, &widgets), ["default/w"]);
+    }
+
+    #[test]
+    fn the_first_file_keeps_a_duplicated_object() {
+        let dir = tempfile::tempdir().unwrap();
+        let web = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n";
+        write(dir.path(), "a.yaml", web);
+        write(dir.path(), "b.yaml", web);
+        let (cluster, report) = LocalCluster::open(dir.path()).unwrap();
+        assert_eq!(report.errors.len(), 1);
+        assert!(
+            report.errors[0]
+                .to_string()
+                .contains("b.yaml declares apps/v1/deployments default/web")
+        );
+        std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+        cluster.rescan();
+        assert_eq!(
+            keys(&cluster, &deployments()),
+            ["default/web"],
+            "a.yaml still declares it"
+        );
+    }
+
+    #[test]
+    fn a_missing_directory_is_an_error_naming_it() {
+        let error = LocalCluster::open("/nonexistent/kubeplug-manifests").unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("/nonexistent/kubeplug-manifests")
+        );
+    }
+
+    /// Waits (real time, bounded) for the next notification and describes it.
+    async fn next_change(
+        subscription: &mut kubeplug_informer::factory::Subscription,
+    ) -> (String, String) {
+        use kubeplug_informer::listener::Notification;
+        let batch = tokio::time::timeout(Duration::from_secs(20), subscription.recv_batch(1))
+            .await
+            .expect("a change within 20 s")
+            .expect("subscribed");
+        let kind = match &batch[0] {
+            Notification::Add { .. } => "add",
+            Notification::Update { .. } => "update",
+            Notification::Delete { .. } => "delete",
+        };
+        (kind.to_owned(), batch[0].key().to_string())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn file_changes_reach_an_informer_as_add_update_delete() {
+        use kubeplug_informer::factory::SharedInformerFactory;
+        use kubeplug_informer::informer::HandlerOptions;
+        use kubeplug_informer::reflector::ReflectorConfig;
+
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "web.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n",
+        );
+        let (cluster, _) = LocalCluster::open(dir.path()).unwrap();
+        let cancel = CancellationToken::new();
+        let watching = cluster.watch(cancel.clone());
+        let factory =
+            SharedInformerFactory::new(Arc::new(cluster.clone()), ReflectorConfig::default());
+        let mut deployments = factory
+            .subscribe(
+                InformerKey::all(super::tests::deployments()),
+                HandlerOptions::default(),
+            )
+            .unwrap();
+        assert_eq!(
+            next_change(&mut deployments).await,
+            ("add".into(), "default/web".into())
+        );
+
+        write(
+            dir.path(),
+            "web.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n",
+        );
+        assert_eq!(
+            next_change(&mut deployments).await,
+            ("update".into(), "default/web".into())
+        );
+
+        write(
+            dir.path(),
+            "api.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: api\n",
+        );
+        assert_eq!(
+            next_change(&mut deployments).await,
+            ("add".into(), "default/api".into())
+        );
+
+        std::fs::remove_file(dir.path().join("web.yaml")).unwrap();
+        assert_eq!(
+            next_change(&mut deployments).await,
+            ("delete".into(), "default/web".into())
+        );
+
+        cancel.cancel();
+        watching.await.unwrap();
+        drop(deployments);
+        factory.shutdown().await;
+    }
+}
