@@ -704,6 +704,15 @@ metadata:
     }
 
     #[test]
+    fn the_example_cluster_loads_cleanly() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
+        let (cluster, report) = LocalCluster::open(&dir).unwrap();
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert!(report.applied >= 6);
+        assert_eq!(keys(&cluster, &deployments()), ["team-a/web", "team-a/worker"]);
+    }
+
+    #[test]
     fn a_missing_directory_is_an_error_naming_it() {
         let error = LocalCluster::open("/nonexistent/kubeplug-manifests").unwrap_err();
         assert!(
