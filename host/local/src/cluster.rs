@@ -709,7 +709,10 @@ metadata:
         let (cluster, report) = LocalCluster::open(&dir).unwrap();
         assert!(report.errors.is_empty(), "{:?}", report.errors);
         assert!(report.applied >= 6);
-        assert_eq!(keys(&cluster, &deployments()), ["team-a/web", "team-a/worker"]);
+        assert_eq!(
+            keys(&cluster, &deployments()),
+            ["team-a/web", "team-a/worker"]
+        );
     }
 
     #[test]
