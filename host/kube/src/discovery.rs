@@ -1,0 +1,294 @@
+//! Discovery: (group, version, kind) → the resource's plural and scope.
+//!
+//! Uses the legacy discovery documents (`/api/v1`, `/apis/{group}/{version}`; `/api` and
+//! `/apis` to list what is served). Each group-version's resources are cached; a kind not
+//! found in the cache refreshes its group-version once, so a CRD installed after start is
+//! found the first time a plugin asks for it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use http::Request;
+use http_body_util::BodyExt;
+use kube::client::Body;
+use kubeplug_informer::resource::Resource;
+use serde::Deserialize;
+
+use crate::config::{KubeClient, error_chain};
+use crate::wire;
+
+/// Why a kind could not be resolved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DiscoveryError {
+    /// The server does not serve the group-version at all.
+    #[error("the server does not serve {group_version} (asked for kind {kind})")]
+    GroupVersionNotServed {
+        /// `group/version`, or `version` for the core group.
+        group_version: String,
+        /// The kind asked for.
+        kind: String,
+    },
+    /// The group-version is served but has no such kind.
+    #[error("the server serves no kind {kind} in {group_version} (it serves: {served})")]
+    KindNotServed {
+        /// `group/version`.
+        group_version: String,
+        /// The kind asked for.
+        kind: String,
+        /// The kinds it does serve, comma-separated.
+        served: String,
+    },
+    /// The discovery request failed.
+    #[error("discovery of {group_version} at {address} failed: {reason}")]
+    RequestFailed {
+        /// `group/version`.
+        group_version: String,
+        /// The server.
+        address: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// `APIResourceList`, the fields we use.
+#[derive(Debug, Deserialize)]
+pub struct ApiResourceList {
+    /// `group/version`.
+    #[serde(rename = "groupVersion")]
+    pub group_version: String,
+    /// The resources, subresources (`pods/status`) included.
+    pub resources: Vec<ApiResource>,
+}
+
+/// One entry of an `APIResourceList`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ApiResource {
+    /// Plural name, or `plural/subresource`.
+    pub name: String,
+    /// Whether objects live in namespaces.
+    pub namespaced: bool,
+    /// The kind.
+    pub kind: String,
+    /// Verbs, e.g. `list`, `watch`.
+    #[serde(default)]
+    pub verbs: Vec<String>,
+}
+
+/// `APIGroupList`, the fields we use.
+#[derive(Debug, Deserialize)]
+pub struct ApiGroupList {
+    /// The groups.
+    pub groups: Vec<ApiGroup>,
+}
+
+/// One group of an `APIGroupList`.
+#[derive(Debug, Deserialize)]
+pub struct ApiGroup {
+    /// The group name.
+    pub name: String,
+    /// Its versions.
+    pub versions: Vec<GroupVersionEntry>,
+}
+
+/// One version of an [`ApiGroup`].
+#[derive(Debug, Deserialize)]
+pub struct GroupVersionEntry {
+    /// `group/version`.
+    #[serde(rename = "groupVersion")]
+    pub group_version: String,
+    /// The version.
+    pub version: String,
+}
+
+/// Resolves kinds to resources with a cache refreshed on a miss. Cheap to clone.
+///
+/// Contract: [`resolve`](Self::resolve) answers from the cache when it can; otherwise it
+/// fetches the group-version's discovery document once and answers from that. A failed
+/// lookup for one kind never affects the others.
+#[derive(Clone)]
+pub struct Discovery {
+    client: KubeClient,
+    /// Group-version → its top-level resources (subresources dropped).
+    cache: Arc<Mutex<HashMap<String, Arc<[ApiResource]>>>>,
+}
+
+impl fmt::Debug for Discovery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Discovery")
+            .field("cached", &self.lock().len())
+            .finish()
+    }
+}
+
+fn group_version(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    }
+}
+
+impl Discovery {
+    /// An empty cache over `client`.
+    pub fn new(client: KubeClient) -> Self {
+        Self {
+            client,
+            cache: Arc::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<[ApiResource]>>> {
+        // The map is only replaced entry by entry: a poisoned lock still holds a valid map.
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The resource serving `kind` in `group`/`version`.
+    pub async fn resolve(
+        &self,
+        group: &str,
+        version: &str,
+        kind: &str,
+    ) -> Result<Resource, DiscoveryError> {
+        let gv = group_version(group, version);
+        let cached = self.lock().get(&gv).cloned();
+        if let Some(resources) = cached
+            && let Some(found) = find(&resources, group, version, kind)
+        {
+            return Ok(found);
+        }
+        let resources = self.refresh(group, version, kind).await?;
+        find(&resources, group, version, kind).ok_or_else(|| DiscoveryError::KindNotServed {
+            group_version: gv,
+            kind: kind.to_owned(),
+            served: resources
+                .iter()
+                .map(|r| r.kind.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+    }
+
+    /// Fetches the discovery document of `group`/`version` into the cache.
+    async fn refresh(
+        &self,
+        group: &str,
+        version: &str,
+        kind: &str,
+    ) -> Result<Arc<[ApiResource]>, DiscoveryError> {
+        let gv = group_version(group, version);
+        let path = if group.is_empty() {
+            format!("/api/{version}")
+        } else {
+            format!("/apis/{group}/{version}")
+        };
+        let failed = |reason: String| DiscoveryError::RequestFailed {
+            group_version: gv.clone(),
+            address: self.client.origin().address.clone(),
+            reason,
+        };
+        let request = Request::get(&path)
+            .header(http::header::ACCEPT, "application/json")
+            .body(Body::empty())
+            .map_err(|e| failed(e.to_string()))?;
+        let response = self
+            .client
+            .client()
+            .send(request)
+            .await
+            .map_err(|e| failed(error_chain(&e)))?;
+        let code = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| failed(error_chain(&e)))?
+            .to_bytes();
+        if code == http::StatusCode::NOT_FOUND {
+            self.lock().remove(&gv);
+            return Err(DiscoveryError::GroupVersionNotServed {
+                group_version: gv,
+                kind: kind.to_owned(),
+            });
+        }
+        if !code.is_success() {
+            return Err(failed(
+                wire::decode_status(code.as_u16(), &body).to_string(),
+            ));
+        }
+        let list: ApiResourceList = serde_json::from_slice(&body)
+            .map_err(|e| failed(format!("{e}: {}", wire::snippet(&body))))?;
+        let resources: Arc<[ApiResource]> = list
+            .resources
+            .into_iter()
+            .filter(|r| !r.name.contains('/'))
+            .collect();
+        self.lock().insert(gv, resources.clone());
+        Ok(resources)
+    }
+
+    /// Forgets everything cached.
+    pub fn invalidate(&self) {
+        self.lock().clear();
+    }
+}
+
+fn find(resources: &[ApiResource], group: &str, version: &str, kind: &str) -> Option<Resource> {
+    resources
+        .iter()
+        .find(|r| r.kind == kind)
+        .map(|r| Resource::new(group, version, kind, &r.name, r.namespaced))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(path: &str) -> String {
+        let full = format!(
+            "{}/../../../shared/fixtures/kube-apiserver/{path}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e}"));
+        let start = text.find("\n{").expect("a JSON body");
+        text[start + 1..].trim().to_owned()
+    }
+
+    #[test]
+    fn parses_captured_discovery_documents() {
+        let core: ApiResourceList =
+            serde_json::from_str(&body("v1.32.0-rc.0/discovery-api-v1.http")).unwrap();
+        assert_eq!(core.group_version, "v1");
+        let top: Vec<_> = core
+            .resources
+            .into_iter()
+            .filter(|r| !r.name.contains('/'))
+            .collect();
+        let cm = find(&top, "", "v1", "ConfigMap").unwrap();
+        assert_eq!((cm.plural.as_str(), cm.namespaced), ("configmaps", true));
+        let node = find(&top, "", "v1", "Node").unwrap();
+        assert_eq!((node.plural.as_str(), node.namespaced), ("nodes", false));
+        assert!(find(&top, "", "v1", "Deployment").is_none());
+
+        let apps: ApiResourceList =
+            serde_json::from_str(&body("v1.32.0-rc.0/discovery-apps-v1.http")).unwrap();
+        let top: Vec<_> = apps
+            .resources
+            .into_iter()
+            .filter(|r| !r.name.contains('/'))
+            .collect();
+        let deploy = find(&top, "apps", "v1", "Deployment").unwrap();
+        assert_eq!(deploy.plural, "deployments");
+        // `Scale` is only a subresource: not something an informer can watch.
+        assert!(find(&top, "apps", "v1", "Scale").is_none());
+
+        let groups: ApiGroupList =
+            serde_json::from_str(&body("v1.32.0-rc.0/discovery-apis.http")).unwrap();
+        assert!(groups.groups.iter().any(|g| {
+            g.name == "apps"
+                && g.versions
+                    .iter()
+                    .any(|v| v.group_version == "apps/v1" && v.version == "v1")
+        }));
+    }
+}

@@ -1,0 +1,19 @@
+//! kubeplug's connection to a real Kubernetes API server, through the `kube` crate.
+//!
+//! - [`config`]: client configuration in kube's order (kubeconfig, then in-cluster), with
+//!   errors that name the file, context and address.
+//! - [`lister`]: [`KubeListerWatcher`](lister::KubeListerWatcher), the informer's
+//!   `ListerWatcher` for any resource: paginated lists, bookmarked watches, streaming lists,
+//!   `Status` errors with `Retry-After`.
+//! - [`wire`]: the JSON wire format, decoded without building object trees.
+//! - [`discovery`]: kind → plural and scope, cached and refreshed on a miss.
+//! - [`provider`]: the informer factory's `SourceProvider`.
+//!
+//! Requests are built by hand and sent with `kube::Client::send`: kube's `Api<DynamicObject>`
+//! and `watcher` build `serde_json::Value` trees, and its error type drops `Retry-After`.
+
+pub mod config;
+pub mod discovery;
+pub mod lister;
+pub mod provider;
+pub mod wire;

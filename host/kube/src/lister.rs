@@ -1,0 +1,422 @@
+//! [`KubeListerWatcher`]: the informer's [`ListerWatcher`] over a real API server.
+//!
+//! Requests are built by hand and sent with `kube::Client::send`; bodies are decoded by
+//! [`crate::wire`], so objects stay JSON text (no `serde_json::Value`, no `DynamicObject`) and
+//! `Retry-After` survives.
+
+use std::fmt;
+use std::ops::Range;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::stream::{self, StreamExt};
+use http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use kube::client::Body;
+use kubeplug_informer::resource::Resource;
+use kubeplug_informer::source::{
+    ListPage, ListRequest, ListerWatcher, SourceError, WatchEvent, WatchRequest, WatchStream,
+};
+use tracing::debug;
+
+use crate::config::{KubeClient, error_chain};
+use crate::wire::{self, LineSplitter};
+
+/// How a [`KubeListerWatcher`] behaves; the defaults suit a real cluster.
+#[derive(Debug, Clone)]
+pub struct KubeSourceOptions {
+    /// Whether to offer streaming lists (`sendInitialEvents`) to the Reflector. With
+    /// [`InitialListMode::Auto`](kubeplug_informer::reflector::InitialListMode::Auto), a
+    /// server that refuses them (422, as before v1.27) makes the Reflector fall back to
+    /// list-then-watch. `false` forces list-then-watch. Default `true`.
+    pub streaming_list: bool,
+    /// `timeoutSeconds` of each watch is drawn at random from this range (seconds), or the
+    /// Reflector's requested timeout when that is shorter. Default `[150, 290)`: kube's
+    /// `WatchParams` refuses 295 s and more.
+    pub watch_timeout_secs: Range<u64>,
+    /// A list page that takes longer than this fails (a stalled server); default 60 s.
+    pub list_timeout: Duration,
+    /// A watch with no bytes for this long past its `timeoutSeconds` is ended; default 30 s.
+    pub watch_idle_grace: Duration,
+    /// The longest watch line accepted; default [`wire::MAX_LINE_BYTES`].
+    pub max_line_bytes: usize,
+}
+
+impl Default for KubeSourceOptions {
+    fn default() -> Self {
+        Self {
+            streaming_list: true,
+            watch_timeout_secs: 150..290,
+            list_timeout: Duration::from_secs(60),
+            watch_idle_grace: Duration::from_secs(30),
+            max_line_bytes: wire::MAX_LINE_BYTES,
+        }
+    }
+}
+
+/// Lists and watches one resource of a real API server, narrowed to a namespace and selectors.
+///
+/// Contract: as [`ListerWatcher`]. Lists are paginated with `limit`/`continue`; watches ask for
+/// bookmarks and resume from the given resourceVersion; every non-2xx answer becomes
+/// [`SourceError::Status`] with the server's `Status` (or one made from the HTTP code when the
+/// body is not a `Status`) and its `Retry-After`; a watch line that cannot be decoded ends the
+/// stream with [`SourceError::Decode`] (the Reflector re-watches from the last good version);
+/// a connection lost in the middle of a line is [`SourceError::Transport`]. Every error names
+/// the resource and the server.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use kubeplug_informer::resource::Resource;
+/// use kubeplug_kube::config::{ConfigSource, KubeClient};
+/// use kubeplug_kube::lister::{KubeListerWatcher, KubeSourceOptions};
+///
+/// let client = KubeClient::from_source(&ConfigSource::Infer).await?;
+/// let pods = Resource::new("", "v1", "Pod", "pods", true);
+/// let lw = KubeListerWatcher::new(client, pods, Some("default".into()), None, None, KubeSourceOptions::default());
+/// # let _ = lw; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct KubeListerWatcher {
+    client: KubeClient,
+    resource: Resource,
+    /// `/api/v1[/namespaces/{ns}]/{plural}` (or `/apis/{group}/{version}/…`).
+    path: String,
+    label_selector: Option<String>,
+    field_selector: Option<String>,
+    options: KubeSourceOptions,
+}
+
+impl fmt::Debug for KubeListerWatcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubeListerWatcher")
+            .field("path", &self.path)
+            .field("label_selector", &self.label_selector)
+            .field("field_selector", &self.field_selector)
+            .field("server", &self.client.origin().address)
+            .finish()
+    }
+}
+
+/// The URL path of a resource's collection, in `namespace` when given and namespaced.
+pub fn collection_path(resource: &Resource, namespace: Option<&str>) -> String {
+    let mut path = if resource.group.is_empty() {
+        format!("/api/{}", resource.version)
+    } else {
+        format!("/apis/{}/{}", resource.group, resource.version)
+    };
+    if resource.namespaced
+        && let Some(ns) = namespace.filter(|ns| !ns.is_empty())
+    {
+        path.push_str("/namespaces/");
+        path.push_str(ns);
+    }
+    path.push('/');
+    path.push_str(&resource.plural);
+    path
+}
+
+impl KubeListerWatcher {
+    /// A lister-watcher of `resource` in `namespace` (all namespaces when `None`), with
+    /// selectors in Kubernetes syntax (passed to the server as they are).
+    pub fn new(
+        client: KubeClient,
+        resource: Resource,
+        namespace: Option<String>,
+        label_selector: Option<String>,
+        field_selector: Option<String>,
+        options: KubeSourceOptions,
+    ) -> Self {
+        Self {
+            path: collection_path(&resource, namespace.as_deref()),
+            client,
+            resource,
+            label_selector: label_selector.filter(|s| !s.is_empty()),
+            field_selector: field_selector.filter(|s| !s.is_empty()),
+            options,
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("{} at {}", self.path, self.client.origin().address)
+    }
+
+    fn query(&self) -> form_urlencoded::Serializer<'static, String> {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        if let Some(labels) = &self.label_selector {
+            query.append_pair("labelSelector", labels);
+        }
+        if let Some(fields) = &self.field_selector {
+            query.append_pair("fieldSelector", fields);
+        }
+        query
+    }
+
+    fn request(&self, mut query: form_urlencoded::Serializer<'static, String>) -> Request<Body> {
+        let query = query.finish();
+        let uri = if query.is_empty() {
+            self.path.clone()
+        } else {
+            format!("{}?{query}", self.path)
+        };
+        Request::get(uri)
+            .header(http::header::ACCEPT, "application/json")
+            .body(Body::empty())
+            .expect("a path and an encoded query make a valid URI")
+    }
+
+    /// Sends `request`; a non-2xx answer becomes its `Status`.
+    async fn send(&self, request: Request<Body>) -> Result<http::Response<Body>, SourceError> {
+        let response = self.client.client().send(request).await.map_err(|e| {
+            SourceError::Transport(format!("{}: {}", self.describe(), error_chain(&e)))
+        })?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let code = response.status();
+        let retry_after = response
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(wire::parse_retry_after)
+            .filter(|_| code == StatusCode::TOO_MANY_REQUESTS || code.is_server_error());
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let mut status = wire::decode_status(code.as_u16(), &body);
+        status.message = format!("{} ({})", status.message, self.describe());
+        Err(SourceError::Status {
+            status,
+            retry_after,
+        })
+    }
+
+    async fn list_page(&self, request: ListRequest) -> Result<ListPage, SourceError> {
+        let http_request = {
+            let mut query = self.query();
+            if let Some(limit) = request.limit.filter(|l| *l > 0) {
+                query.append_pair("limit", &limit.to_string());
+            }
+            if let Some(token) = request.continue_token.as_deref().filter(|t| !t.is_empty()) {
+                query.append_pair("continue", token);
+            }
+            if let Some(rv) = request
+                .resource_version
+                .as_deref()
+                .filter(|rv| !rv.is_empty())
+            {
+                query.append_pair("resourceVersion", rv);
+            }
+            self.request(query)
+        };
+        let response = self.send(http_request).await?;
+        let body = response.into_body().collect().await.map_err(|e| {
+            SourceError::Transport(format!(
+                "{}: list answer cut short: {}",
+                self.describe(),
+                error_chain(&e)
+            ))
+        })?;
+        wire::decode_list(&self.resource, &body.to_bytes())
+            .map_err(|e| SourceError::Decode(format!("{}: {e}", self.describe())))
+    }
+
+    fn timeout_seconds(&self, requested: Option<Duration>) -> u64 {
+        let range = &self.options.watch_timeout_secs;
+        let drawn = if range.is_empty() {
+            range.start
+        } else {
+            rand::random_range(range.clone())
+        };
+        match requested {
+            Some(requested) => drawn.min(requested.as_secs().max(1)),
+            None => drawn,
+        }
+    }
+
+    async fn open_watch(&self, request: WatchRequest) -> Result<WatchStream, SourceError> {
+        let timeout = self.timeout_seconds(request.timeout);
+        let http_request = {
+            let mut query = self.query();
+            query.append_pair("watch", "1");
+            if !request.resource_version.is_empty() {
+                query.append_pair("resourceVersion", &request.resource_version);
+            }
+            if request.bookmarks {
+                query.append_pair("allowWatchBookmarks", "true");
+            }
+            if request.send_initial_events {
+                query.append_pair("sendInitialEvents", "true");
+                query.append_pair("resourceVersionMatch", "NotOlderThan");
+            }
+            query.append_pair("timeoutSeconds", &timeout.to_string());
+            self.request(query)
+        };
+        let response = self.send(http_request).await?;
+        debug!(path = %self.path, rv = %request.resource_version, timeout, "watch opened");
+        let idle = Duration::from_secs(timeout) + self.options.watch_idle_grace;
+        Ok(watch_events(
+            response.into_body(),
+            self.describe(),
+            idle,
+            self.options.max_line_bytes,
+        ))
+    }
+}
+
+/// What the watch decoder knows between chunks.
+enum WatchState {
+    /// Reading: complete lines waiting to be decoded, and the splitter holding the rest.
+    Reading {
+        body: Body,
+        splitter: LineSplitter,
+        lines: std::collections::VecDeque<Bytes>,
+    },
+    /// The stream ended (normally or after reporting an error).
+    Done,
+}
+
+/// The events of a watch body: lines split across chunks are joined, each decoded as it comes.
+fn watch_events(body: Body, what: String, idle: Duration, max_line: usize) -> WatchStream {
+    let start = WatchState::Reading {
+        body,
+        splitter: LineSplitter::new(max_line),
+        lines: Default::default(),
+    };
+    stream::unfold(start, move |state| {
+        let what = what.clone();
+        async move { step(state, &what, idle).await }
+    })
+    .boxed()
+}
+
+/// One event out of the watch body, or the end.
+async fn step(
+    state: WatchState,
+    what: &str,
+    idle: Duration,
+) -> Option<(Result<WatchEvent, SourceError>, WatchState)> {
+    let WatchState::Reading {
+        mut body,
+        mut splitter,
+        mut lines,
+    } = state
+    else {
+        return None;
+    };
+    loop {
+        if let Some(line) = lines.pop_front() {
+            let event = wire::decode_watch_line(&line)
+                .map_err(|e| SourceError::Decode(format!("{what}: {e}")));
+            let next = match event {
+                Ok(_) => WatchState::Reading {
+                    body,
+                    splitter,
+                    lines,
+                },
+                Err(_) => WatchState::Done,
+            };
+            return Some((event, next));
+        }
+        let frame = match tokio::time::timeout(idle, body.frame()).await {
+            Err(_) => {
+                return Some((
+                    Err(SourceError::Transport(format!(
+                        "{what}: no data for {idle:?}; the watch is stalled"
+                    ))),
+                    WatchState::Done,
+                ));
+            }
+            Ok(frame) => frame,
+        };
+        match frame {
+            None if splitter.pending() == 0 => return None,
+            None => {
+                let error = SourceError::Transport(format!(
+                    "{what}: the watch ended in the middle of an event ({} bytes without a \
+                     newline)",
+                    splitter.pending()
+                ));
+                return Some((Err(error), WatchState::Done));
+            }
+            Some(Err(e)) => {
+                let error = SourceError::Transport(format!(
+                    "{what}: the watch connection broke: {}",
+                    error_chain(&e)
+                ));
+                return Some((Err(error), WatchState::Done));
+            }
+            Some(Ok(frame)) => {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                match splitter.push(data) {
+                    Ok(new_lines) => lines.extend(new_lines),
+                    Err(e) => {
+                        return Some((
+                            Err(SourceError::Decode(format!("{what}: {e}"))),
+                            WatchState::Done,
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl ListerWatcher for KubeListerWatcher {
+    fn list(&self, request: ListRequest) -> BoxFuture<'_, Result<ListPage, SourceError>> {
+        Box::pin(async move {
+            match tokio::time::timeout(self.options.list_timeout, self.list_page(request)).await {
+                Ok(result) => result,
+                Err(_) => Err(SourceError::Transport(format!(
+                    "{}: no list answer within {:?}",
+                    self.describe(),
+                    self.options.list_timeout
+                ))),
+            }
+        })
+    }
+
+    fn watch(&self, request: WatchRequest) -> BoxFuture<'_, Result<WatchStream, SourceError>> {
+        Box::pin(async move {
+            match tokio::time::timeout(self.options.list_timeout, self.open_watch(request)).await {
+                Ok(result) => result,
+                Err(_) => Err(SourceError::Transport(format!(
+                    "{}: the watch was not answered within {:?}",
+                    self.describe(),
+                    self.options.list_timeout
+                ))),
+            }
+        })
+    }
+
+    fn supports_streaming_list(&self) -> bool {
+        self.options.streaming_list
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_for_core_grouped_namespaced_and_cluster_resources() {
+        let cm = Resource::new("", "v1", "ConfigMap", "configmaps", true);
+        assert_eq!(
+            collection_path(&cm, Some("ns")),
+            "/api/v1/namespaces/ns/configmaps"
+        );
+        assert_eq!(collection_path(&cm, None), "/api/v1/configmaps");
+        let node = Resource::new("", "v1", "Node", "nodes", false);
+        assert_eq!(collection_path(&node, Some("ns")), "/api/v1/nodes");
+        let deploy = Resource::new("apps", "v1", "Deployment", "deployments", true);
+        assert_eq!(
+            collection_path(&deploy, Some("a")),
+            "/apis/apps/v1/namespaces/a/deployments"
+        );
+    }
+}

@@ -1,0 +1,494 @@
+//! The API server's JSON wire format, decoded without building a tree of any object.
+//!
+//! - [`LineSplitter`]: a watch body arrives in chunks that need not end on a line; it buffers
+//!   until a newline and bounds the length of one line ([`MAX_LINE_BYTES`]).
+//! - [`decode_watch_line`]: one `{"type":…,"object":…}` line into a [`WatchEvent`]; the object
+//!   is handed on as a slice of the line's bytes (serde_json's `RawValue`), never parsed here.
+//! - [`decode_list`]: a `…List` body into a [`ListPage`] whose items are slices of the body.
+//! - [`decode_status`]: an error answer into a [`Status`], whatever its body.
+
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use kubeplug_informer::resource::Resource;
+use kubeplug_informer::source::{ListPage, Status, WatchEvent};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// The longest watch line accepted: 16 MiB. etcd refuses values over 1.5 MiB by default and
+/// the API server's own request limit is 3 MiB, so a longer line is a broken stream, not an
+/// object.
+pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Why a piece of the wire format could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// A watch line grew past the bound without a newline.
+    #[error("a watch line is longer than {limit} bytes without a newline; the stream is broken")]
+    LineTooLong {
+        /// The bound, [`MAX_LINE_BYTES`] by default.
+        limit: usize,
+    },
+    /// A watch line is not a `{"type":…,"object":…}` envelope.
+    #[error("watch line is not an event envelope ({reason}): {snippet}")]
+    BadEnvelope {
+        /// What serde said.
+        reason: String,
+        /// The start of the line.
+        snippet: String,
+    },
+    /// The event type is none of ADDED, MODIFIED, DELETED, BOOKMARK, ERROR.
+    #[error("unknown watch event type {0:?}")]
+    UnknownEventType(String),
+    /// A BOOKMARK whose object has no `metadata.resourceVersion`.
+    #[error("bookmark without metadata.resourceVersion: {0}")]
+    BadBookmark(String),
+    /// An ERROR event whose object is not a `Status`.
+    #[error("watch ERROR event whose object is not a Status: {0}")]
+    BadErrorObject(String),
+    /// A list answer that is not a `<Kind>List` with `metadata` and `items`.
+    #[error("list answer is not a {expected} ({reason}): {snippet}")]
+    BadList {
+        /// `<Kind>List`.
+        expected: String,
+        /// What was wrong.
+        reason: String,
+        /// The start of the body.
+        snippet: String,
+    },
+}
+
+/// The first bytes of `bytes` as text, for error messages.
+pub fn snippet(bytes: &[u8]) -> String {
+    const MAX: usize = 160;
+    let end = bytes.len().min(MAX);
+    let mut text = String::from_utf8_lossy(&bytes[..end]).into_owned();
+    if bytes.len() > MAX {
+        text.push('…');
+    }
+    text
+}
+
+/// Splits a chunked body into lines.
+///
+/// Contract: [`push`](Self::push) returns every complete line (without its `\n`, and with empty
+/// lines dropped) in order; the bytes after the last newline wait for the next chunk. A line
+/// longer than the bound is an error, after which the splitter must not be used again.
+#[derive(Debug)]
+pub struct LineSplitter {
+    /// Bytes after the last newline seen. Invariant: contains no `\n`, at most `limit` bytes.
+    partial: BytesMut,
+    limit: usize,
+}
+
+impl Default for LineSplitter {
+    fn default() -> Self {
+        Self::new(MAX_LINE_BYTES)
+    }
+}
+
+impl LineSplitter {
+    /// A splitter that refuses lines over `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            partial: BytesMut::new(),
+            limit,
+        }
+    }
+
+    /// Feeds one chunk; returns the lines it completed.
+    pub fn push(&mut self, mut chunk: Bytes) -> Result<Vec<Bytes>, WireError> {
+        let mut lines = Vec::new();
+        while let Some(newline) = chunk.iter().position(|&b| b == b'\n') {
+            let head = chunk.split_to(newline);
+            chunk.advance(1);
+            let line = if self.partial.is_empty() {
+                // The common case: a whole line inside one chunk, taken without copying.
+                head
+            } else {
+                self.check(head.len())?;
+                self.partial.extend_from_slice(&head);
+                self.partial.split().freeze()
+            };
+            if !line.iter().all(u8::is_ascii_whitespace) {
+                lines.push(line);
+            }
+        }
+        self.check(chunk.len())?;
+        self.partial.extend_from_slice(&chunk);
+        Ok(lines)
+    }
+
+    fn check(&self, more: usize) -> Result<(), WireError> {
+        if self.partial.len() + more > self.limit {
+            return Err(WireError::LineTooLong { limit: self.limit });
+        }
+        Ok(())
+    }
+
+    /// Bytes of an unfinished line (non-zero when a stream ends in the middle of an event).
+    pub fn pending(&self) -> usize {
+        self.partial.len()
+    }
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    object: &'a RawValue,
+}
+
+#[derive(Deserialize)]
+struct BookmarkObject {
+    metadata: BookmarkMeta,
+}
+
+#[derive(Deserialize)]
+struct BookmarkMeta {
+    #[serde(rename = "resourceVersion", default)]
+    resource_version: Option<String>,
+    #[serde(default)]
+    annotations: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// The annotation that marks the bookmark ending a streaming list's initial events.
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// A `Status` as the server writes it; every field optional so that odd ones still decode.
+#[derive(Deserialize)]
+struct StatusBody {
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    code: Option<u16>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+/// Decodes one watch line. The object of ADDED, MODIFIED and DELETED events is a slice of
+/// `line` (no copy, no tree).
+pub fn decode_watch_line(line: &Bytes) -> Result<WatchEvent, WireError> {
+    let envelope: Envelope<'_> =
+        serde_json::from_slice(line).map_err(|e| WireError::BadEnvelope {
+            reason: e.to_string(),
+            snippet: snippet(line),
+        })?;
+    let object = envelope.object.get();
+    let object_bytes = || line.slice_ref(object.as_bytes());
+    match &*envelope.kind {
+        "ADDED" => Ok(WatchEvent::Added(object_bytes())),
+        "MODIFIED" => Ok(WatchEvent::Modified(object_bytes())),
+        "DELETED" => Ok(WatchEvent::Deleted(object_bytes())),
+        "BOOKMARK" => {
+            let bookmark: BookmarkObject = serde_json::from_str(object)
+                .map_err(|e| WireError::BadBookmark(format!("{e}: {}", snippet(line))))?;
+            let resource_version = bookmark
+                .metadata
+                .resource_version
+                .filter(|rv| !rv.is_empty())
+                .ok_or_else(|| WireError::BadBookmark(snippet(line)))?;
+            let initial_events_end = bookmark
+                .metadata
+                .annotations
+                .is_some_and(|a| a.get(INITIAL_EVENTS_END).is_some_and(|v| v == "true"));
+            Ok(WatchEvent::Bookmark {
+                resource_version,
+                initial_events_end,
+            })
+        }
+        "ERROR" => {
+            let status: StatusBody = serde_json::from_str(object)
+                .map_err(|e| WireError::BadErrorObject(format!("{e}: {}", snippet(line))))?;
+            match (status.kind.as_deref(), status.code) {
+                (Some("Status"), Some(code)) => Ok(WatchEvent::Error(Status {
+                    code,
+                    reason: status.reason.unwrap_or_default(),
+                    message: status.message.unwrap_or_default(),
+                })),
+                _ => Err(WireError::BadErrorObject(snippet(line))),
+            }
+        }
+        other => Err(WireError::UnknownEventType(other.to_owned())),
+    }
+}
+
+#[derive(Deserialize)]
+struct ListBody<'a> {
+    #[serde(default, borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    metadata: ListMeta,
+    #[serde(borrow)]
+    items: Option<Vec<&'a RawValue>>,
+}
+
+#[derive(Deserialize)]
+struct ListMeta {
+    #[serde(rename = "resourceVersion", default)]
+    resource_version: Option<String>,
+    #[serde(rename = "continue", default)]
+    continue_token: Option<String>,
+}
+
+/// Decodes a list answer for `resource`: checks it is a `<Kind>List`, and returns its items as
+/// slices of `body`.
+pub fn decode_list(resource: &Resource, body: &Bytes) -> Result<ListPage, WireError> {
+    let expected = format!("{}List", resource.kind);
+    let bad = |reason: String| WireError::BadList {
+        expected: expected.clone(),
+        reason,
+        snippet: snippet(body),
+    };
+    let list: ListBody<'_> = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
+    match list.kind.as_deref() {
+        Some(kind) if kind == expected => {}
+        Some(kind) => return Err(bad(format!("its kind is {kind:?}"))),
+        None => return Err(bad("it has no kind".to_owned())),
+    }
+    let resource_version = list
+        .metadata
+        .resource_version
+        .filter(|rv| !rv.is_empty())
+        .ok_or_else(|| bad("it has no metadata.resourceVersion".to_owned()))?;
+    let items = list
+        .items
+        .unwrap_or_default()
+        .into_iter()
+        .map(|raw| body.slice_ref(raw.get().as_bytes()))
+        .collect();
+    Ok(ListPage {
+        items,
+        resource_version,
+        continue_token: list.metadata.continue_token.filter(|t| !t.is_empty()),
+    })
+}
+
+/// The `Status` of an error answer with HTTP code `code`. A body that is not a `Status` (an
+/// HTML page from a proxy, an unknown shape) still gives a `Status` with the HTTP code, the
+/// reason `Unknown` and the start of the body as message, so that 410, 422 and 429 keep their
+/// meaning.
+pub fn decode_status(code: u16, body: &[u8]) -> Status {
+    match serde_json::from_slice::<StatusBody>(body) {
+        Ok(status) if status.kind.as_deref() == Some("Status") => Status {
+            code: status.code.filter(|c| *c != 0).unwrap_or(code),
+            reason: status.reason.unwrap_or_default(),
+            message: status.message.unwrap_or_default(),
+        },
+        _ => Status {
+            code,
+            reason: "Unknown".to_owned(),
+            message: format!("answer is not a Status: {}", snippet(body)),
+        },
+    }
+}
+
+/// The delay of a `Retry-After` header: whole seconds (the form the API server sends). An
+/// HTTP date is not honoured.
+pub fn parse_retry_after(value: &str) -> Option<Duration> {
+    value.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A captured response: (status code, headers, body).
+    pub(crate) fn fixture(path: &str) -> (u16, Vec<(String, String)>, Bytes) {
+        let full = format!(
+            "{}/../../../shared/fixtures/kube-apiserver/{path}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e}"));
+        let text = text.split_once('\n').expect("request line").1;
+        let (head, body) = text
+            .split_once("\r\n\r\n")
+            .or_else(|| text.split_once("\n\n"))
+            .unwrap();
+        let mut lines = head.lines();
+        let code = lines
+            .next()
+            .unwrap()
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let headers = lines
+            .filter_map(|l| l.split_once(": "))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        (code, headers, Bytes::from(body.to_owned()))
+    }
+
+    fn configmaps() -> Resource {
+        Resource::new("", "v1", "ConfigMap", "configmaps", true)
+    }
+
+    #[test]
+    fn decodes_captured_list_pages() {
+        let (code, _, body) = fixture("v1.32.0-rc.0/list-page1.http");
+        assert_eq!(code, 200);
+        let page = decode_list(&configmaps(), &body).unwrap();
+        assert_eq!(page.items.len(), 2);
+        assert_eq!(page.resource_version, "216");
+        assert!(page.continue_token.is_some());
+        assert!(page.items[0].starts_with(b"{\"metadata\":{\"name\":\"cm-1\""));
+        // Items are slices of the body, not copies.
+        let range = body.as_ptr_range();
+        assert!(page.items.iter().all(|item| range.contains(&item.as_ptr())));
+        let (_, _, body) = fixture("v1.23.16/list-page1.http");
+        let page = decode_list(&configmaps(), &body).unwrap();
+        assert_eq!((page.items.len(), page.continue_token), (1, None));
+        let pods = Resource::new("", "v1", "Pod", "pods", true);
+        let error = decode_list(&pods, &body).unwrap_err();
+        assert!(error.to_string().contains("PodList"), "{error}");
+    }
+
+    #[test]
+    fn decodes_captured_watch_streams_split_anywhere() {
+        let (_, _, body) = fixture("v1.32.0-rc.0/watch-from-rv.http");
+        let whole: Vec<String> = {
+            let mut s = LineSplitter::default();
+            let lines = s.push(body.clone()).unwrap();
+            lines
+                .iter()
+                .map(|l| format!("{:?}", decode_watch_line(l).unwrap()))
+                .collect()
+        };
+        assert_eq!(whole.len(), 5);
+        let line = LineSplitter::default()
+            .push(body.clone())
+            .unwrap()
+            .remove(0);
+        match decode_watch_line(&line).unwrap() {
+            // The object is a slice of the line, not a copy.
+            WatchEvent::Added(object) => assert!(line.as_ptr_range().contains(&object.as_ptr())),
+            other => panic!("{other:?}"),
+        }
+        assert!(whole[0].starts_with("Added"));
+        assert!(whole[1].starts_with("Modified"));
+        assert!(whole[2].starts_with("Deleted"));
+        assert!(whole[3].contains("219"), "{}", whole[3]);
+        for step in [1, 7, 100, 333] {
+            let mut s = LineSplitter::default();
+            let mut got = Vec::new();
+            for chunk in body.chunks(step) {
+                for line in s.push(Bytes::copy_from_slice(chunk)).unwrap() {
+                    got.push(format!("{:?}", decode_watch_line(&line).unwrap()));
+                }
+            }
+            assert_eq!(got, whole, "chunks of {step}");
+            assert_eq!(s.pending(), 0);
+        }
+    }
+
+    #[test]
+    fn streaming_list_ends_with_the_annotated_bookmark() {
+        let (_, _, body) = fixture("v1.32.0-rc.0/watch-streaming-list.http");
+        let lines = LineSplitter::default().push(body).unwrap();
+        let events: Vec<_> = lines
+            .iter()
+            .map(|l| decode_watch_line(l).unwrap())
+            .collect();
+        assert!(matches!(
+            events.last(),
+            Some(WatchEvent::Bookmark { resource_version, initial_events_end: true }) if resource_version == "219"
+        ));
+        assert!(
+            events[..events.len() - 1]
+                .iter()
+                .all(|e| matches!(e, WatchEvent::Added(_)))
+        );
+        let (_, _, body) = fixture("v1.32.0-rc.0/watch-streaming-list-without-bookmarks.http");
+        let lines = LineSplitter::default().push(body).unwrap();
+        assert!(
+            lines
+                .iter()
+                .all(|l| matches!(decode_watch_line(l), Ok(WatchEvent::Added(_))))
+        );
+    }
+
+    #[test]
+    fn decodes_captured_status_bodies() {
+        for (path, code, reason) in [
+            ("v1.32.0-rc.0/get-404.http", 404, "NotFound"),
+            ("v1.32.0-rc.0/create-409.http", 409, "AlreadyExists"),
+            ("v1.32.0-rc.0/create-422.http", 422, "Invalid"),
+            (
+                "v1.32.0-rc.0/list-bad-labelselector.http",
+                400,
+                "BadRequest",
+            ),
+            ("v1.32.0-rc.0/list-exact-old-rv-410.http", 410, "Expired"),
+            (
+                "v1.32.0-rc.0/list-expired-continue-410.http",
+                410,
+                "Expired",
+            ),
+            ("v1.23.16/watch-streaming-list-refused.http", 422, "Invalid"),
+        ] {
+            let (http_code, _, body) = fixture(path);
+            let status = decode_status(http_code, &body);
+            assert_eq!(
+                (status.code, status.reason.as_str()),
+                (code, reason),
+                "{path}"
+            );
+            assert!(!status.message.is_empty());
+        }
+        let status = decode_status(502, b"<html>bad gateway</html>");
+        assert_eq!((status.code, status.reason.as_str()), (502, "Unknown"));
+        assert!(status.message.contains("bad gateway"));
+        let status = decode_status(500, br#"{"kind":"Weird","code":7}"#);
+        assert_eq!(status.code, 500);
+    }
+
+    #[test]
+    fn watch_error_lines_and_garbage() {
+        let line = Bytes::from_static(
+            br#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (5)","reason":"Expired","code":410}}"#,
+        );
+        assert!(matches!(decode_watch_line(&line), Ok(WatchEvent::Error(s)) if s.code == 410));
+        let unknown = Bytes::from_static(br#"{"type":"ERROR","object":{"kind":"Other"}}"#);
+        assert!(matches!(
+            decode_watch_line(&unknown),
+            Err(WireError::BadErrorObject(_))
+        ));
+        let html = Bytes::from_static(b"<html>");
+        assert!(matches!(
+            decode_watch_line(&html),
+            Err(WireError::BadEnvelope { .. })
+        ));
+        let odd = Bytes::from_static(br#"{"type":"SURPRISE","object":{}}"#);
+        assert!(matches!(
+            decode_watch_line(&odd),
+            Err(WireError::UnknownEventType(_))
+        ));
+    }
+
+    #[test]
+    fn a_line_past_the_bound_is_an_error() {
+        let mut s = LineSplitter::new(10);
+        assert_eq!(s.push(Bytes::from_static(b"12345")).unwrap().len(), 0);
+        assert!(matches!(
+            s.push(Bytes::from_static(b"678901")),
+            Err(WireError::LineTooLong { limit: 10 })
+        ));
+        let mut s = LineSplitter::new(10);
+        let lines = s.push(Bytes::from_static(b"abc\n\ndef\ngh")).unwrap();
+        assert_eq!(
+            lines,
+            vec![Bytes::from_static(b"abc"), Bytes::from_static(b"def")]
+        );
+        assert_eq!(s.pending(), 2);
+    }
+
+    #[test]
+    fn retry_after_in_seconds() {
+        assert_eq!(parse_retry_after(" 3 "), Some(Duration::from_secs(3)));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+    }
+}
