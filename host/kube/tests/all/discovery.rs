@@ -1,0 +1,72 @@
+//! Discovery against the fake server: built-ins, unknown kinds, a CRD served after start, and
+//! an informer built through the factory for it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubeplug_fake_apiserver::FakeOptions;
+use kubeplug_informer::factory::{InformerKey, SharedInformerFactory};
+use kubeplug_informer::informer::HandlerOptions;
+use kubeplug_informer::resource::Resource;
+use kubeplug_kube::discovery::DiscoveryError;
+use kubeplug_kube::lister::KubeSourceOptions;
+use kubeplug_kube::provider::KubeSourceProvider;
+
+use crate::support::{quick_config, start};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_served_after_start_is_discovered_and_watched() {
+    let f = start(FakeOptions::default()).await;
+    let provider = KubeSourceProvider::new(f.client.clone(), KubeSourceOptions::default());
+    let discovery = provider.discovery().clone();
+    let lease = discovery
+        .resolve("coordination.k8s.io", "v1", "Lease")
+        .await
+        .unwrap();
+    assert_eq!((lease.plural.as_str(), lease.namespaced), ("leases", true));
+    let node = discovery.resolve("", "v1", "Node").await.unwrap();
+    assert_eq!((node.plural.as_str(), node.namespaced), ("nodes", false));
+    match discovery.resolve("", "v1", "Gizmo").await {
+        Err(DiscoveryError::KindNotServed { kind, served, .. }) => {
+            assert_eq!(kind, "Gizmo");
+            assert!(served.contains("ConfigMap"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let error = discovery
+        .resolve("example.com", "v1", "Widget")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, DiscoveryError::GroupVersionNotServed { .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("Widget"), "{error}");
+
+    // The CRD is installed: the next lookup refreshes and finds it.
+    let widgets = Resource::new("example.com", "v1", "Widget", "widgets", false);
+    f.server.serve(widgets.clone());
+    f.server
+        .memory()
+        .create(&widgets, r#"{"metadata":{"name":"w1"}}"#)
+        .unwrap();
+    let resolved = discovery
+        .resolve("example.com", "v1", "Widget")
+        .await
+        .unwrap();
+    assert_eq!(resolved, widgets);
+
+    let factory = SharedInformerFactory::new(Arc::new(provider), quick_config());
+    let subscription = factory
+        .subscribe(InformerKey::all(resolved), HandlerOptions::default())
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(20), factory.wait_for_cache_sync())
+        .await
+        .unwrap();
+    assert!(subscription.informer().indexer().get("w1").is_some());
+    // A malformed selector fails that subscription only.
+    let mut bad = InformerKey::all(widgets);
+    bad.label_selector = Some("a===b".into());
+    assert!(factory.subscribe(bad, HandlerOptions::default()).is_err());
+    factory.shutdown().await;
+}

@@ -1,0 +1,272 @@
+//! KubeListerWatcher on its own: pages, selectors, scopes, watch lines.
+
+use futures::StreamExt;
+use kubeplug_fake_apiserver::{FakeOptions, HttpFault};
+use kubeplug_informer::source::{
+    ListRequest, ListerWatcher, SourceError, WatchEvent, WatchRequest,
+};
+use kubeplug_kube::lister::{KubeListerWatcher, KubeSourceOptions};
+
+use crate::support::{cm, configmaps, nodes, start};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_a_namespaced_type_in_three_pages_and_honours_selectors() {
+    let f = start(FakeOptions::default()).await;
+    for i in 1..=7 {
+        let team = if i % 2 == 0 { "even" } else { "odd" };
+        f.server
+            .memory()
+            .create(&configmaps(), &cm("a", &format!("cm-{i}"), team, "x"))
+            .unwrap();
+    }
+    f.server
+        .memory()
+        .create(&configmaps(), &cm("b", "other", "odd", "x"))
+        .unwrap();
+    let lw = f.lister(configmaps(), Some("a"), KubeSourceOptions::default());
+    let mut pages = Vec::new();
+    let mut token = None;
+    loop {
+        let page = lw
+            .list(ListRequest {
+                limit: Some(3),
+                continue_token: token.clone(),
+                resource_version: None,
+            })
+            .await
+            .unwrap();
+        token = page.continue_token.clone();
+        pages.push(page);
+        if token.is_none() {
+            break;
+        }
+    }
+    assert_eq!(pages.len(), 3);
+    assert!(
+        pages
+            .iter()
+            .all(|p| p.resource_version == pages[0].resource_version)
+    );
+    let items: usize = pages.iter().map(|p| p.items.len()).sum();
+    assert_eq!(items, 7, "only namespace a");
+    assert!(
+        f.server
+            .requests()
+            .iter()
+            .any(|r| r.uri.contains("limit=3") && r.uri.contains("continue="))
+    );
+
+    let labelled = KubeListerWatcher::new(
+        f.client.clone(),
+        configmaps(),
+        None,
+        Some("team=even".into()),
+        None,
+        KubeSourceOptions::default(),
+    );
+    let page = labelled.list(ListRequest::default()).await.unwrap();
+    assert_eq!(page.items.len(), 3, "cm-2, cm-4, cm-6");
+    let named = KubeListerWatcher::new(
+        f.client.clone(),
+        configmaps(),
+        None,
+        None,
+        Some("metadata.namespace=b".into()),
+        KubeSourceOptions::default(),
+    );
+    let page = named.list(ListRequest::default()).await.unwrap();
+    assert_eq!(page.items.len(), 1);
+    assert!(
+        std::str::from_utf8(&page.items[0])
+            .unwrap()
+            .contains("\"other\"")
+    );
+
+    // The watch of the labelled lister only sees matching objects.
+    let mut watch = labelled
+        .watch(WatchRequest {
+            resource_version: page.resource_version.clone(),
+            bookmarks: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    f.server
+        .memory()
+        .create(&configmaps(), &cm("a", "skip", "odd", "x"))
+        .unwrap();
+    f.server
+        .memory()
+        .create(&configmaps(), &cm("a", "keep", "even", "x"))
+        .unwrap();
+    let event = tokio::time::timeout(std::time::Duration::from_secs(5), watch.next())
+        .await
+        .unwrap();
+    match event {
+        Some(Ok(WatchEvent::Added(object))) => {
+            assert!(std::str::from_utf8(&object).unwrap().contains("\"keep\""))
+        }
+        other => panic!("expected ADDED keep, got {other:?}"),
+    }
+    let watch_request = f
+        .server
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.uri.contains("watch=1"))
+        .unwrap();
+    assert!(
+        watch_request.uri.contains("allowWatchBookmarks=true"),
+        "{}",
+        watch_request.uri
+    );
+    let timeout: u64 = watch_request
+        .uri
+        .split("timeoutSeconds=")
+        .nth(1)
+        .unwrap()
+        .split('&')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((150..290).contains(&timeout), "timeoutSeconds={timeout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_and_watches_a_cluster_scoped_type() {
+    let f = start(FakeOptions::default()).await;
+    f.server
+        .memory()
+        .create(&nodes(), r#"{"metadata":{"name":"n1"}}"#)
+        .unwrap();
+    let lw = f.lister(nodes(), Some("ignored"), KubeSourceOptions::default());
+    let page = lw.list(ListRequest::default()).await.unwrap();
+    assert_eq!(page.items.len(), 1);
+    assert!(
+        f.server
+            .requests()
+            .iter()
+            .any(|r| r.uri.starts_with("/api/v1/nodes"))
+    );
+    let mut watch = lw
+        .watch(WatchRequest {
+            resource_version: page.resource_version,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    f.server.memory().delete(&nodes(), &"n1".into()).unwrap();
+    let event = tokio::time::timeout(std::time::Duration::from_secs(5), watch.next())
+        .await
+        .unwrap();
+    assert!(
+        matches!(event, Some(Ok(WatchEvent::Deleted(_)))),
+        "{event:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_cut_in_half_ends_the_watch_with_a_transport_error() {
+    let f = start(FakeOptions::default()).await;
+    let lw = f.lister(configmaps(), None, KubeSourceOptions::default());
+    let rv = f.server.memory().current_resource_version().to_string();
+    f.server.inject(HttpFault::CutNextWatchLine { after: 1 });
+    let mut watch = lw
+        .watch(WatchRequest {
+            resource_version: rv,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    f.server
+        .memory()
+        .create(&configmaps(), &cm("a", "one", "t", "x"))
+        .unwrap();
+    f.server
+        .memory()
+        .create(&configmaps(), &cm("a", "two", "t", "x"))
+        .unwrap();
+    let first = tokio::time::timeout(std::time::Duration::from_secs(5), watch.next())
+        .await
+        .unwrap();
+    assert!(matches!(first, Some(Ok(WatchEvent::Added(_)))), "{first:?}");
+    let second = tokio::time::timeout(std::time::Duration::from_secs(5), watch.next())
+        .await
+        .unwrap();
+    match second {
+        Some(Err(SourceError::Transport(message))) => {
+            assert!(
+                message.contains("/api/v1/configmaps") && message.contains(f.server.address()),
+                "{message}"
+            );
+        }
+        other => panic!("expected a transport error, got {other:?}"),
+    }
+    assert!(watch.next().await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_answers_keep_code_reason_and_retry_after() {
+    let f = start(FakeOptions::default()).await;
+    let lw = f.lister(configmaps(), None, KubeSourceOptions::default());
+    f.server.inject(HttpFault::Fail {
+        call: kubeplug_fake_apiserver::FaultCall::List,
+        times: 1,
+        code: 429,
+        retry_after: Some(7),
+    });
+    match lw.list(ListRequest::default()).await {
+        Err(SourceError::Status {
+            status,
+            retry_after,
+        }) => {
+            assert_eq!(
+                (status.code, status.reason.as_str()),
+                (429, "TooManyRequests")
+            );
+            assert_eq!(retry_after, Some(std::time::Duration::from_secs(7)));
+        }
+        other => panic!("{other:?}"),
+    }
+    let bad = KubeListerWatcher::new(
+        f.client.clone(),
+        configmaps(),
+        None,
+        Some("team===a".into()),
+        None,
+        KubeSourceOptions::default(),
+    );
+    match bad.list(ListRequest::default()).await {
+        Err(SourceError::Status { status, .. }) => assert_eq!(status.code, 400),
+        other => panic!("{other:?}"),
+    }
+    // An expired continue token: 410, which makes the Reflector restart its list.
+    for i in 0..3 {
+        f.server
+            .memory()
+            .create(&configmaps(), &cm("a", &format!("c{i}"), "t", "x"))
+            .unwrap();
+    }
+    let page = lw
+        .list(ListRequest {
+            limit: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    f.server
+        .memory()
+        .create(&configmaps(), &cm("a", "later", "t", "x"))
+        .unwrap();
+    f.server.inject(HttpFault::Compact);
+    let error = lw
+        .list(ListRequest {
+            limit: Some(1),
+            continue_token: page.continue_token,
+            resource_version: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(error.is_gone(), "{error}");
+}
