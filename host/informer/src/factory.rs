@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::informer::{HandlerOptions, SharedIndexInformer};
-use crate::listener::ListenerReceiver;
+use crate::listener::{ListenerId, ListenerReceiver};
 use crate::object::ObjectDecoder;
 use crate::reflector::{ReflectorConfig, WatchErrorHandler};
 use crate::resource::Resource;
@@ -87,16 +87,61 @@ struct FactoryInner {
     provider: Arc<dyn SourceProvider>,
     config: ReflectorConfig,
     on_error: Option<WatchErrorHandler>,
-    /// Running informers. Invariant: every informer here has at least one handler, except
-    /// between its creation and the first `add_handler`, both under this lock.
-    informers: Mutex<HashMap<InformerKey, SharedIndexInformer>>,
+    /// Running informers and how many [`Subscription`]s and [`InformerLease`]s use each.
+    /// Invariant: every count is at least one; an informer is removed and shut down, under
+    /// this lock, when its count drops to zero.
+    informers: Mutex<HashMap<InformerKey, Shared>>,
+}
+
+struct Shared {
+    informer: SharedIndexInformer,
+    users: usize,
 }
 
 impl FactoryInner {
-    fn informers(&self) -> MutexGuard<'_, HashMap<InformerKey, SharedIndexInformer>> {
+    fn informers(&self) -> MutexGuard<'_, HashMap<InformerKey, Shared>> {
         self.informers
             .lock()
             .expect("informer factory lock poisoned by a panic")
+    }
+
+    /// The informer for `key`, created and started if needed, with one more user.
+    fn acquire(&self, key: &InformerKey) -> Result<SharedIndexInformer, FactoryError> {
+        let mut informers = self.informers();
+        if let Some(shared) = informers.get_mut(key) {
+            shared.users += 1;
+            return Ok(shared.informer.clone());
+        }
+        let source = self.provider.lister_watcher(key)?;
+        let decoder = self.provider.decoder(&key.resource);
+        let informer = SharedIndexInformer::with_error_handler(
+            source,
+            decoder,
+            self.config.clone(),
+            self.on_error.clone(),
+        );
+        informer.start();
+        informers.insert(
+            key.clone(),
+            Shared {
+                informer: informer.clone(),
+                users: 1,
+            },
+        );
+        Ok(informer)
+    }
+
+    /// One user less; the last one stops the informer.
+    fn release(&self, key: &InformerKey) {
+        let mut informers = self.informers();
+        let Some(shared) = informers.get_mut(key) else {
+            return;
+        };
+        shared.users -= 1;
+        if shared.users == 0 {
+            let shared = informers.remove(key).expect("present");
+            shared.informer.shutdown();
+        }
     }
 }
 
@@ -137,26 +182,22 @@ impl SharedInformerFactory {
         key: InformerKey,
         options: HandlerOptions,
     ) -> Result<Subscription, FactoryError> {
-        let mut informers = self.inner.informers();
-        let informer = match informers.get(&key) {
-            Some(informer) => informer.clone(),
-            None => {
-                let source = self.inner.provider.lister_watcher(&key)?;
-                let decoder = self.inner.provider.decoder(&key.resource);
-                let informer = SharedIndexInformer::with_error_handler(
-                    source,
-                    decoder,
-                    self.inner.config.clone(),
-                    self.inner.on_error.clone(),
-                );
-                informer.start();
-                informers.insert(key.clone(), informer.clone());
-                informer
-            }
-        };
+        let informer = self.inner.acquire(&key)?;
         let receiver = informer.add_handler(options);
         Ok(Subscription {
-            receiver,
+            listener: receiver.id(),
+            receiver: Some(receiver),
+            informer,
+            key,
+            factory: Arc::downgrade(&self.inner),
+        })
+    }
+
+    /// Keeps the informer for `key` running (creating it if needed) without a handler: for
+    /// readers of its cache. Must be called within a tokio runtime.
+    pub fn lease(&self, key: InformerKey) -> Result<InformerLease, FactoryError> {
+        let informer = self.inner.acquire(&key)?;
+        Ok(InformerLease {
             informer,
             key,
             factory: Arc::downgrade(&self.inner),
@@ -165,7 +206,7 @@ impl SharedInformerFactory {
 
     /// The running informer for `key`, if any.
     pub fn informer(&self, key: &InformerKey) -> Option<SharedIndexInformer> {
-        self.inner.informers().get(key).cloned()
+        self.inner.informers().get(key).map(|s| s.informer.clone())
     }
 
     /// Keys of the running informers.
@@ -175,7 +216,12 @@ impl SharedInformerFactory {
 
     /// Waits until every informer running now has synced.
     pub async fn wait_for_cache_sync(&self) {
-        let informers: Vec<_> = self.inner.informers().values().cloned().collect();
+        let informers: Vec<_> = self
+            .inner
+            .informers()
+            .values()
+            .map(|s| s.informer.clone())
+            .collect();
         for informer in informers {
             informer.wait_for_sync().await;
         }
@@ -183,7 +229,12 @@ impl SharedInformerFactory {
 
     /// Stops every informer.
     pub async fn shutdown(&self) {
-        let informers: Vec<_> = self.inner.informers().drain().map(|(_, i)| i).collect();
+        let informers: Vec<_> = self
+            .inner
+            .informers()
+            .drain()
+            .map(|(_, s)| s.informer)
+            .collect();
         for informer in informers {
             informer.stop().await;
         }
@@ -191,10 +242,13 @@ impl SharedInformerFactory {
 }
 
 /// A handler's registration on a shared informer: its notifications (through `Deref` to the
-/// [`ListenerReceiver`]) and the informer's cache. Dropping it unregisters the handler, and
-/// stops the informer if it was the last.
+/// [`ListenerReceiver`], or taken with [`take_receiver`](Self::take_receiver)) and the
+/// informer's cache. Dropping it unregisters the handler, and stops the informer if nobody
+/// else uses it.
 pub struct Subscription {
-    receiver: ListenerReceiver,
+    /// `None` once taken.
+    receiver: Option<ListenerReceiver>,
+    listener: ListenerId,
     informer: SharedIndexInformer,
     key: InformerKey,
     factory: Weak<FactoryInner>,
@@ -204,7 +258,7 @@ impl fmt::Debug for Subscription {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Subscription")
             .field("key", &self.key)
-            .field("receiver", &self.receiver)
+            .field("listener", &self.listener)
             .finish()
     }
 }
@@ -219,32 +273,145 @@ impl Subscription {
     pub fn key(&self) -> &InformerKey {
         &self.key
     }
+
+    /// Hands the receiver to whoever drives the handler; the subscription stays the owner of
+    /// the registration (keep it alive as long as the receiver is used).
+    ///
+    /// # Panics
+    /// If the receiver was taken already.
+    pub fn take_receiver(&mut self) -> ListenerReceiver {
+        self.receiver
+            .take()
+            .expect("the receiver was already taken")
+    }
 }
 
 impl std::ops::Deref for Subscription {
     type Target = ListenerReceiver;
     fn deref(&self) -> &ListenerReceiver {
-        &self.receiver
+        self.receiver.as_ref().expect("the receiver was taken")
     }
 }
 
 impl std::ops::DerefMut for Subscription {
     fn deref_mut(&mut self) -> &mut ListenerReceiver {
-        &mut self.receiver
+        self.receiver.as_mut().expect("the receiver was taken")
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        let Some(factory) = self.factory.upgrade() else {
-            self.informer.remove_handler(self.receiver.id());
-            return;
-        };
-        let mut informers = factory.informers();
-        self.informer.remove_handler(self.receiver.id());
-        if self.informer.handler_count() == 0 {
-            informers.remove(&self.key);
-            self.informer.shutdown();
+        self.informer.remove_handler(self.listener);
+        if let Some(factory) = self.factory.upgrade() {
+            factory.release(&self.key);
         }
+    }
+}
+
+/// Keeps an informer running for readers of its cache; see [`SharedInformerFactory::lease`].
+pub struct InformerLease {
+    informer: SharedIndexInformer,
+    key: InformerKey,
+    factory: Weak<FactoryInner>,
+}
+
+impl fmt::Debug for InformerLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("InformerLease").field(&self.key).finish()
+    }
+}
+
+impl InformerLease {
+    /// The shared informer.
+    pub fn informer(&self) -> &SharedIndexInformer {
+        &self.informer
+    }
+}
+
+impl Drop for InformerLease {
+    fn drop(&mut self) {
+        if let Some(factory) = self.factory.upgrade() {
+            factory.release(&self.key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::memory::MemoryServer;
+
+    /// Serves every key from one in-memory server.
+    struct Memory(MemoryServer);
+
+    impl SourceProvider for Memory {
+        fn lister_watcher(
+            &self,
+            key: &InformerKey,
+        ) -> Result<Arc<dyn ListerWatcher>, FactoryError> {
+            Ok(Arc::new(self.0.lister_watcher(
+                key.resource.clone(),
+                key.namespace.clone(),
+                None,
+                None,
+            )))
+        }
+    }
+
+    fn pods() -> InformerKey {
+        InformerKey::all(Resource::new("", "v1", "Pod", "pods", true))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn handlers_share_one_informer_which_stops_after_the_last_user() {
+        let server = MemoryServer::new();
+        server
+            .create(
+                &pods().resource,
+                r#"{"metadata":{"name":"a","namespace":"ns"}}"#,
+            )
+            .unwrap();
+        let factory = SharedInformerFactory::new(
+            Arc::new(Memory(server.clone())),
+            ReflectorConfig::default(),
+        );
+        let mut first = factory
+            .subscribe(pods(), HandlerOptions::default())
+            .unwrap();
+        let second = factory
+            .subscribe(pods(), HandlerOptions::default())
+            .unwrap();
+        let lease = factory.lease(pods()).unwrap();
+        factory.wait_for_cache_sync().await;
+        assert_eq!(factory.keys(), [pods()]);
+        assert_eq!(
+            server.list_calls(),
+            1,
+            "N handlers cost one list and one watch"
+        );
+        assert_eq!(lease.informer().indexer().len(), 1);
+
+        let mut receiver = first.take_receiver();
+        let batch = receiver.recv_batch(10).await.unwrap();
+        assert_eq!(batch[0].key().as_str(), "ns/a");
+        drop(batch);
+
+        drop(second);
+        drop(first);
+        assert_eq!(factory.keys(), [pods()], "the lease keeps it running");
+        assert!(
+            receiver.recv_batch(1).await.is_none(),
+            "dropping the subscription unregisters"
+        );
+        drop(lease);
+        assert!(factory.keys().is_empty());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            server.open_watches(),
+            0,
+            "the stopped informer closed its watch"
+        );
     }
 }
