@@ -1,0 +1,370 @@
+//! Write kubeplug plugins in Rust.
+//!
+//! A plugin is a type implementing [`Plugin`], exported with [`export_plugin!`] and built with
+//! `cargo xtask build-plugins` (or `cargo build --release --target wasm32-wasip2`). Every
+//! method but [`Plugin::init`] and [`Plugin::describe`] has a default, so a handler is a
+//! dozen lines:
+//!
+//! ```ignore
+//! use kubeplug_sdk::prelude::*;
+//!
+//! struct Audit;
+//!
+//! impl Plugin for Audit {
+//!     fn init(_settings: Settings) -> Result<Self, String> {
+//!         Ok(Audit)
+//!     }
+//!     fn describe(&self) -> Description {
+//!         Description::events("audit", "0.1.0", vec![Subscription::to(gvk("", "v1", "Pod"))])
+//!     }
+//!     fn on_event(&mut self, event: &Event) -> Result<(), String> {
+//!         if event.label("app").is_none() {
+//!             log::warn(&format!("{} has no app label", event.key()), &[]);
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! export_plugin!(Audit);
+//! ```
+//!
+//! Contract: the host calls `init` once on every new instance, then `describe` (at load),
+//! then only the calls for the delivery mode the description chose. An instance may be
+//! discarded at any time (after a trap), so keep nothing in memory that cannot be rebuilt.
+
+pub mod bindings {
+    //! The raw wit-bindgen output for the `kubeplug:plugin/plugin` world.
+    #![allow(missing_docs)] // generated code, documented in the WIT files
+    wit_bindgen::generate!({
+        world: "plugin",
+        path: "../../wit",
+        pub_export_macro: true,
+        default_bindings_module: "::kubeplug_sdk::bindings",
+        export_macro_name: "__export_world",
+    });
+}
+
+use serde::de::DeserializeOwned;
+
+pub use bindings::exports::kubeplug::plugin::handler::{
+    Delivery, Description, IndexDecl, IndexSpec, KeyMapping, ReconcileResult, Subscription,
+    WriteRequest, WriteVerb,
+};
+pub use bindings::kubeplug::plugin::types::{
+    CachedObject, Error, Event, EventType, Gvk, Label, ObjectMeta, ObjectRef, OwnerReference,
+};
+
+/// Everything a plugin usually needs, for `use kubeplug_sdk::prelude::*`.
+pub mod prelude {
+    pub use crate::{
+        CachedObject, Delivery, Description, Error, Event, EventType, Gvk, IndexDecl, IndexSpec,
+        KeyMapping, ObjectMeta, ObjectRef, Plugin, ReconcileResult, Settings, Subscription,
+        WriteRequest, WriteVerb, cache, cluster, export_plugin, gvk, log, metrics,
+    };
+}
+
+/// The settings document the host hands to [`Plugin::init`] (JSON; `{}` when none).
+#[derive(Debug, Clone)]
+pub struct Settings(pub String);
+
+impl Settings {
+    /// Parses the settings into `T`; the error names the field that did not fit.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, String> {
+        serde_json::from_str(&self.0).map_err(|e| format!("invalid settings: {e}"))
+    }
+
+    /// The raw JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A plugin. Implement `init` and `describe`, then the calls of your delivery mode.
+pub trait Plugin: Sized + 'static {
+    /// Builds the plugin's state from its settings; an error refuses the load.
+    fn init(settings: Settings) -> Result<Self, String>;
+
+    /// What the plugin watches, how it is driven, what it reads and writes.
+    fn describe(&self) -> Description;
+
+    /// Events mode: a batch, in order. By default calls [`on_event`](Self::on_event) on each
+    /// event and stops at the first error (the host retries the whole batch).
+    fn handle_events(&mut self, batch: Vec<Event>) -> Result<(), String> {
+        batch.iter().try_for_each(|event| self.on_event(event))
+    }
+
+    /// Events mode: one event. Does nothing by default.
+    fn on_event(&mut self, event: &Event) -> Result<(), String> {
+        let _ = event;
+        Ok(())
+    }
+
+    /// Reconcile mode: bring `target` to its desired state. Done by default.
+    fn reconcile(&mut self, target: ObjectRef) -> ReconcileResult {
+        let _ = target;
+        ReconcileResult::Done
+    }
+
+    /// Reconcile mode, `computed` subscriptions: the objects `event` concerns. None by default.
+    fn map_event(&mut self, event: Event) -> Vec<ObjectRef> {
+        let _ = event;
+        Vec::new()
+    }
+}
+
+/// Shorthand for a [`Gvk`].
+pub fn gvk(group: &str, version: &str, kind: &str) -> Gvk {
+    Gvk {
+        group: group.to_owned(),
+        version: version.to_owned(),
+        kind: kind.to_owned(),
+    }
+}
+
+impl Description {
+    /// An events-mode description with no indexes, reads or writes.
+    pub fn events(name: &str, version: &str, subscriptions: Vec<Subscription>) -> Self {
+        Self {
+            name: name.to_owned(),
+            version: version.to_owned(),
+            subscriptions,
+            delivery: Delivery::Events,
+            indexes: Vec::new(),
+            reads: Vec::new(),
+            writes: Vec::new(),
+        }
+    }
+
+    /// A reconcile-mode description with `workers` workers.
+    pub fn reconcile(
+        name: &str,
+        version: &str,
+        workers: u32,
+        subscriptions: Vec<Subscription>,
+    ) -> Self {
+        Self {
+            delivery: Delivery::Reconcile(workers),
+            ..Self::events(name, version, subscriptions)
+        }
+    }
+}
+
+impl Subscription {
+    /// Every object of `resource_type`, metadata only, enqueueing its own key.
+    pub fn to(resource_type: Gvk) -> Self {
+        Self {
+            resource_type,
+            namespace: None,
+            label_selector: None,
+            field_selector: None,
+            resync_period_ms: None,
+            wants_object_json: false,
+            wants_old_json: false,
+            enqueue: KeyMapping::OwnKey,
+        }
+    }
+
+    /// Also send each event's object JSON.
+    pub fn with_json(mut self) -> Self {
+        self.wants_object_json = true;
+        self
+    }
+}
+
+/// The `namespace/name` (or `name`) key of an object.
+fn key_of(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_owned(),
+    }
+}
+
+impl ObjectMeta {
+    /// The object's key.
+    pub fn key(&self) -> String {
+        key_of(self.namespace.as_deref(), &self.name)
+    }
+
+    /// The value of label `key` (labels are sorted, so this is a binary search).
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .binary_search_by(|l| l.key.as_str().cmp(key))
+            .ok()
+            .map(|i| self.labels[i].value.as_str())
+    }
+}
+
+impl Event {
+    /// The object's key.
+    pub fn key(&self) -> String {
+        self.meta.key()
+    }
+
+    /// The value of the object's label `key`.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.meta.label(key)
+    }
+
+    /// The object's JSON parsed into `T` (e.g. a k8s-openapi type); an error when the
+    /// subscription did not ask for JSON or the JSON does not fit `T`.
+    pub fn object<T: DeserializeOwned>(&self) -> Result<T, String> {
+        let json = self.object_json.as_deref().ok_or_else(|| {
+            format!(
+                "{}: no object JSON; set wants-object-json on the subscription",
+                self.key()
+            )
+        })?;
+        serde_json::from_str(json).map_err(|e| format!("{}: {e}", self.key()))
+    }
+}
+
+impl CachedObject {
+    /// The object's JSON parsed into `T`.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, String> {
+        serde_json::from_str(&self.json).map_err(|e| format!("{}: {e}", self.meta.key()))
+    }
+}
+
+impl ObjectRef {
+    /// The referenced object's key.
+    pub fn key(&self) -> String {
+        key_of(self.namespace.as_deref(), &self.name)
+    }
+}
+
+/// Reads from the host's shared cache (the raw imports, plus typed helpers).
+pub mod cache {
+    pub use crate::bindings::kubeplug::plugin::cache::*;
+    use serde::de::DeserializeOwned;
+
+    /// The object with `key`, parsed into `T`; `Ok(None)` when the cache does not hold it.
+    pub fn get_as<T: DeserializeOwned>(
+        resource_type: &crate::Gvk,
+        key: &str,
+    ) -> Result<Option<T>, String> {
+        match get(resource_type, key).map_err(|e| format!("{e:?}"))? {
+            Some(object) => object.parse().map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Logging into the host's log, tagged with the plugin's name.
+pub mod log {
+    use crate::Label;
+    pub use crate::bindings::kubeplug::plugin::log::{Level, enabled, log};
+
+    fn fields(pairs: &[(&str, &str)]) -> Vec<Label> {
+        pairs
+            .iter()
+            .map(|(k, v)| Label {
+                key: (*k).to_owned(),
+                value: (*v).to_owned(),
+            })
+            .collect()
+    }
+
+    /// Logs at `info` with key/value fields.
+    pub fn info(message: &str, pairs: &[(&str, &str)]) {
+        log(Level::Info, message, &fields(pairs));
+    }
+
+    /// Logs at `warn` with key/value fields.
+    pub fn warn(message: &str, pairs: &[(&str, &str)]) {
+        log(Level::Warn, message, &fields(pairs));
+    }
+
+    /// Logs at `error` with key/value fields.
+    pub fn error(message: &str, pairs: &[(&str, &str)]) {
+        log(Level::Error, message, &fields(pairs));
+    }
+}
+
+/// Writes to the cluster, gated by the host's grants.
+pub mod cluster {
+    pub use crate::bindings::kubeplug::plugin::cluster::*;
+}
+
+/// Plugin-defined counters and gauges.
+pub mod metrics {
+    pub use crate::bindings::kubeplug::plugin::metrics::*;
+}
+
+#[doc(hidden)]
+pub mod __private {
+    //! What [`export_plugin!`](crate::export_plugin) expands to; not a public API.
+    use super::*;
+    use std::cell::RefCell;
+
+    pub use crate::bindings::exports::kubeplug::plugin::handler::Guest;
+
+    /// The state of the one plugin this component exports. Wasm instances are
+    /// single-threaded, so a thread-local is the instance's global.
+    pub struct Slot<P>(pub RefCell<Option<P>>);
+
+    impl<P: Plugin> Default for Slot<P> {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    impl<P: Plugin> Slot<P> {
+        /// An empty slot.
+        pub const fn new() -> Self {
+            Self(RefCell::new(None))
+        }
+
+        /// Runs `f` on the plugin; traps if `init` was never called (a host bug).
+        pub fn with<R>(&self, f: impl FnOnce(&mut P) -> R) -> R {
+            let mut slot = self.0.borrow_mut();
+            let plugin = slot
+                .as_mut()
+                .expect("kubeplug host called the plugin before init");
+            f(plugin)
+        }
+
+        /// `init`: builds the plugin from its settings.
+        pub fn init(&self, settings: String) -> Result<(), String> {
+            let plugin = P::init(Settings(settings))?;
+            *self.0.borrow_mut() = Some(plugin);
+            Ok(())
+        }
+    }
+}
+
+/// Exports a [`Plugin`] type as the component's `kubeplug:plugin/handler`.
+#[macro_export]
+macro_rules! export_plugin {
+    ($plugin:ty) => {
+        ::std::thread_local! {
+            static __KUBEPLUG_SLOT: $crate::__private::Slot<$plugin> = const { $crate::__private::Slot::new() };
+        }
+
+        struct __KubeplugExport;
+
+        impl $crate::__private::Guest for __KubeplugExport {
+            fn init(settings: ::std::string::String) -> ::std::result::Result<(), ::std::string::String> {
+                __KUBEPLUG_SLOT.with(|slot| slot.init(settings))
+            }
+            fn describe() -> $crate::Description {
+                __KUBEPLUG_SLOT.with(|slot| slot.with(|p| <$plugin as $crate::Plugin>::describe(p)))
+            }
+            fn handle_events(batch: ::std::vec::Vec<$crate::Event>) -> ::std::result::Result<(), ::std::string::String> {
+                __KUBEPLUG_SLOT.with(|slot| slot.with(|p| <$plugin as $crate::Plugin>::handle_events(p, batch)))
+            }
+            fn reconcile(
+                resource_type: $crate::Gvk,
+                namespace: ::std::option::Option<::std::string::String>,
+                name: ::std::string::String,
+            ) -> $crate::ReconcileResult {
+                let target = $crate::ObjectRef { resource_type, namespace, name };
+                __KUBEPLUG_SLOT.with(|slot| slot.with(|p| <$plugin as $crate::Plugin>::reconcile(p, target)))
+            }
+            fn map_event(event: $crate::Event) -> ::std::vec::Vec<$crate::ObjectRef> {
+                __KUBEPLUG_SLOT.with(|slot| slot.with(|p| <$plugin as $crate::Plugin>::map_event(p, event)))
+            }
+        }
+
+        $crate::bindings::__export_world!(__KubeplugExport);
+    };
+}
