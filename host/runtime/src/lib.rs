@@ -1,0 +1,39 @@
+//! Runs kubeplug plugins: WebAssembly components behind the `kubeplug:plugin` WIT package
+//! (`wit/` at the repository root), fed by informer listeners or a work queue, reading the
+//! shared cache through host functions.
+//!
+//! Entry points: [`Runtime`] (the shared engine), [`Runtime::load`] → [`Plugin`], then
+//! [`events::run_events`] or [`reconcile::run_reconcile`] to drive it. The cache and the
+//! cluster are reached through [`CacheView`] and [`ClusterWriter`], which the binary
+//! implements; this crate never imports kube.
+//!
+//! Invariants:
+//! - a plugin call never runs on, or blocks, an informer's task: drivers are their own tasks,
+//!   and wasm execution yields to the executor at every epoch tick;
+//! - a trap, deadline or memory refusal fails only that call; the instance is discarded and a
+//!   fresh one made from the plugin's `InstancePre`;
+//! - nothing is deserialized from anywhere but the runtime's own artefact cache.
+
+mod bindings;
+mod convert;
+pub mod description;
+pub mod engine;
+pub mod events;
+mod fault;
+pub mod grants;
+pub mod gvk;
+mod host;
+pub mod index;
+pub mod plugin;
+pub mod reconcile;
+mod state;
+pub mod status;
+pub mod view;
+
+pub use description::{Delivery, Description, KeyMapping, SubscriptionSpec, WriteVerb};
+pub use engine::{Allocator, CompileSource, EngineError, Runtime, RuntimeConfig};
+pub use grants::Grants;
+pub use gvk::Gvk;
+pub use plugin::{CallError, LoadError, Plugin, PluginInstance, PluginLimits, PluginSpec};
+pub use status::{PluginMetrics, PluginStats, PluginStatus, RunState};
+pub use view::{CacheView, ClusterWriter, IndexerMap, NoCluster, ObjectRef, Write, WriteError};

@@ -1,0 +1,567 @@
+//! Loading a plugin (compile, check imports, pre-instantiate, init, describe, indexes) and
+//! calling it (fresh deadline per call, faults contained).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kubeplug_informer::indexer::IndexHandle;
+use wasmtime::component::Component;
+use wasmtime::{Store, Trap, UpdateDeadline};
+
+use crate::bindings::{self, guest, wit};
+use crate::description::{Description, DescriptionError};
+use crate::engine::{CompileSource, Runtime};
+use crate::grants::{Grants, Policy};
+use crate::gvk::Gvk;
+use crate::index::informer_spec;
+use crate::state::{HostContext, LogBudget, StoreState};
+use crate::status::{PluginMetrics, PluginStats, PluginStatus};
+use crate::view::{CacheView, ClusterWriter, ObjectRef};
+
+/// Per-plugin limits and fault handling.
+#[derive(Debug, Clone)]
+pub struct PluginLimits {
+    /// Linear memory cap per instance (default 64 MiB); growing past it fails.
+    pub max_memory: usize,
+    /// Wall-clock budget of one call (default 1 s); past it the call traps.
+    pub call_deadline: Duration,
+    /// Events per `handle-events` call (default 64).
+    pub batch_size: usize,
+    /// Attempts per events-mode batch before it is skipped (default 3).
+    pub attempts: u32,
+    /// First retry delay of a failed batch, doubling (default 100 ms).
+    pub retry_backoff: Duration,
+    /// Consecutive failed calls before quarantine (default 5).
+    pub max_consecutive_failures: u64,
+    /// First quarantine back-off, doubling (default 1 s).
+    pub quarantine_backoff: Duration,
+    /// Longest quarantine back-off (default 5 min).
+    pub quarantine_backoff_max: Duration,
+}
+
+impl Default for PluginLimits {
+    fn default() -> Self {
+        Self {
+            max_memory: 64 << 20,
+            call_deadline: Duration::from_secs(1),
+            batch_size: 64,
+            attempts: 3,
+            retry_backoff: Duration::from_millis(100),
+            max_consecutive_failures: 5,
+            quarantine_backoff: Duration::from_secs(1),
+            quarantine_backoff_max: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Everything needed to load one plugin.
+pub struct PluginSpec {
+    /// Where it came from, for messages (its bytes are passed separately, already read).
+    pub path: PathBuf,
+    /// The component.
+    pub bytes: Vec<u8>,
+    /// Its settings document (JSON); `{}` when none.
+    pub settings: String,
+    /// What the host allows it.
+    pub grants: Grants,
+    /// Its limits.
+    pub limits: PluginLimits,
+    /// The caches it reads.
+    pub cache: Arc<dyn CacheView>,
+    /// Where its writes go.
+    pub writer: Arc<dyn ClusterWriter>,
+}
+
+/// Why a plugin could not be loaded. Every message names the file and the stage.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// Not a valid component for this engine.
+    #[error("{path}: compile: {cause}")]
+    CompileFailed {
+        /// The file.
+        path: PathBuf,
+        /// wasmtime's reason.
+        cause: String,
+    },
+    /// It imports something outside `wasi:*@0.2` and `kubeplug:plugin@0.1.0`.
+    #[error(
+        "{path}: imports {import:?}; a plugin may import only wasi:*@0.2.x and kubeplug:plugin/*@0.1.0 interfaces"
+    )]
+    ForbiddenImport {
+        /// The file.
+        path: PathBuf,
+        /// The import.
+        import: String,
+    },
+    /// Its imports or exports do not match the `plugin` world.
+    #[error("{path}: link against the kubeplug:plugin world: {cause}")]
+    LinkFailed {
+        /// The file.
+        path: PathBuf,
+        /// wasmtime's reason.
+        cause: String,
+    },
+    /// `init` or `describe` trapped, timed out or refused.
+    #[error("{path}: {stage}: {cause}")]
+    StartFailed {
+        /// The file.
+        path: PathBuf,
+        /// `instantiate`, `init` or `describe`.
+        stage: &'static str,
+        /// Why.
+        cause: String,
+    },
+    /// `describe` returned something invalid.
+    #[error("{path}: describe: {source}")]
+    InvalidDescription {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        source: Box<DescriptionError>,
+    },
+    /// A declared index could not be set up.
+    #[error("{path}: index {name:?} on {resource}: no informer serves {resource}")]
+    IndexUnavailable {
+        /// The file.
+        path: PathBuf,
+        /// The index.
+        name: String,
+        /// Its resource.
+        resource: Gvk,
+    },
+}
+
+/// Why one call into a plugin failed. The instance that failed must be discarded.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    /// Past the call deadline: interrupted.
+    #[error("plugin {plugin}: {call} exceeded its {deadline:?} deadline")]
+    DeadlineExceeded {
+        /// The plugin.
+        plugin: String,
+        /// The export.
+        call: &'static str,
+        /// The budget.
+        deadline: Duration,
+    },
+    /// Trapped (panic, unreachable, out of memory, bad host-call arguments...).
+    #[error("plugin {plugin}: {call} trapped: {cause}")]
+    Trapped {
+        /// The plugin.
+        plugin: String,
+        /// The export.
+        call: &'static str,
+        /// The trap, with wasm backtrace when available.
+        cause: String,
+    },
+}
+
+/// A loaded plugin: compiled, pre-instantiated, described. Instances are made from it.
+///
+/// Contract: one `InstancePre` per plugin; every instance gets `init(settings)` before any
+/// other call; the declared indexes stay registered on the informers as long as this value
+/// lives (dropping it releases them).
+pub struct Plugin {
+    path: PathBuf,
+    description: Description,
+    pre: bindings::PluginPre<StoreState>,
+    host: Arc<HostContext>,
+    settings: String,
+    limits: PluginLimits,
+    runtime: Runtime,
+    compile_source: CompileSource,
+    compile_time: Duration,
+    _indexes: Vec<IndexHandle>,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("path", &self.path)
+            .field("name", &self.description.name)
+            .finish()
+    }
+}
+
+/// Whether a component may import `name`.
+fn import_allowed(name: &str) -> bool {
+    let Some((interface, version)) = name.rsplit_once('@') else {
+        return false;
+    };
+    (interface.starts_with("wasi:") && version.starts_with("0.2."))
+        || (interface.starts_with("kubeplug:plugin/") && version == "0.1.0")
+}
+
+impl Runtime {
+    /// Loads a plugin: compile (off the async threads, through the artefact cache), check
+    /// its imports, pre-instantiate, `init(settings)` and `describe()` under the call
+    /// deadline, validate, register its indexes.
+    pub async fn load(&self, spec: PluginSpec) -> Result<Plugin, LoadError> {
+        let path = spec.path.clone();
+        let started = Instant::now();
+        let runtime = self.clone();
+        let bytes = spec.bytes;
+        let (component, compile_source) =
+            tokio::task::spawn_blocking(move || runtime.compile(&bytes))
+                .await
+                .map_err(|e| LoadError::CompileFailed {
+                    path: path.clone(),
+                    cause: e.to_string(),
+                })?
+                .map_err(|cause| LoadError::CompileFailed {
+                    path: path.clone(),
+                    cause,
+                })?;
+        let compile_time = started.elapsed();
+        self.check_imports(&path, &component)?;
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .and_then(bindings::PluginPre::new)
+            .map_err(|e| LoadError::LinkFailed {
+                path: path.clone(),
+                cause: format!("{e:#}"),
+            })?;
+
+        let stem = path
+            .file_stem()
+            .map_or_else(|| "plugin".into(), |s| s.to_string_lossy().into_owned());
+        let stats = Arc::new(PluginStats::default());
+        let boot = Arc::new(HostContext {
+            plugin: stem.into(),
+            policy: Policy::default(),
+            cache: spec.cache.clone(),
+            writer: spec.writer.clone(),
+            metrics: Arc::new(PluginMetrics::default()),
+            stats: stats.clone(),
+            indexes: BTreeMap::new(),
+            log_budget: Arc::new(Mutex::new(LogBudget::new())),
+        });
+        let start_failed = |stage, e: CallError| LoadError::StartFailed {
+            path: path.clone(),
+            stage,
+            cause: e.to_string(),
+        };
+        let mut instance = PluginInstance::new(self, &pre, boot, &spec.limits)
+            .await
+            .map_err(|e| start_failed("instantiate", e))?;
+        match instance.init(&spec.settings).await {
+            Ok(Ok(())) => {}
+            Ok(Err(refused)) => {
+                return Err(LoadError::StartFailed {
+                    path,
+                    stage: "init",
+                    cause: refused,
+                });
+            }
+            Err(e) => return Err(start_failed("init", e)),
+        }
+        let raw = instance
+            .describe()
+            .await
+            .map_err(|e| start_failed("describe", e))?;
+        drop(instance);
+        let description =
+            Description::from_guest(raw).map_err(|source| LoadError::InvalidDescription {
+                path: path.clone(),
+                source: Box::new(source),
+            })?;
+        let shortfall = spec.grants.shortfall(&description);
+        if !shortfall.is_empty() {
+            tracing::warn!(
+                plugin = %description.name, path = %path.display(),
+                "the plugin asks for more than its grants allow: {}", shortfall.join(", ")
+            );
+        }
+        let mut handles = Vec::new();
+        let mut indexes = BTreeMap::new();
+        for decl in &description.indexes {
+            let Some(indexer) = spec.cache.indexer(&decl.resource) else {
+                return Err(LoadError::IndexUnavailable {
+                    path,
+                    name: decl.name.clone(),
+                    resource: decl.resource.clone(),
+                });
+            };
+            let handle = indexer.add_index(informer_spec(&decl.spec));
+            indexes.insert(
+                (decl.resource.clone(), decl.name.clone()),
+                handle.name().to_owned(),
+            );
+            handles.push(handle);
+        }
+        let host = Arc::new(HostContext {
+            plugin: description.name.as_str().into(),
+            policy: Policy::new(&spec.grants, description.subscribed().cloned()),
+            cache: spec.cache,
+            writer: spec.writer,
+            metrics: Arc::new(PluginMetrics::default()),
+            stats,
+            indexes,
+            log_budget: Arc::new(Mutex::new(LogBudget::new())),
+        });
+        tracing::info!(
+            plugin = %description.name, version = %description.version, path = %path.display(),
+            ?compile_source, ?compile_time, "plugin loaded"
+        );
+        Ok(Plugin {
+            path,
+            description,
+            pre,
+            host,
+            settings: spec.settings,
+            limits: spec.limits,
+            runtime: self.clone(),
+            compile_source,
+            compile_time,
+            _indexes: handles,
+        })
+    }
+
+    fn check_imports(
+        &self,
+        path: &std::path::Path,
+        component: &Component,
+    ) -> Result<(), LoadError> {
+        let ty = component.component_type();
+        for (name, _) in ty.imports(&self.engine) {
+            if !import_allowed(name) {
+                return Err(LoadError::ForbiddenImport {
+                    path: path.to_path_buf(),
+                    import: name.to_owned(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Plugin {
+    /// Its self-description.
+    pub fn description(&self) -> &Description {
+        &self.description
+    }
+
+    /// Its name (from `describe`).
+    pub fn name(&self) -> &str {
+        &self.description.name
+    }
+
+    /// The file it was loaded from.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Its limits.
+    pub fn limits(&self) -> &PluginLimits {
+        &self.limits
+    }
+
+    /// Whether the compiled code came from the artefact cache, and how long compiling (or
+    /// loading it) took.
+    pub fn compiled(&self) -> (CompileSource, Duration) {
+        (self.compile_source, self.compile_time)
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> &Arc<PluginStats> {
+        &self.host.stats
+    }
+
+    /// Its status now.
+    pub fn status(&self) -> PluginStatus {
+        self.host.stats.snapshot()
+    }
+
+    /// Its plugin-defined metrics.
+    pub fn metrics(&self) -> &Arc<PluginMetrics> {
+        &self.host.metrics
+    }
+
+    /// A fresh instance, `init` already called with the plugin's settings.
+    pub async fn instantiate(&self) -> Result<PluginInstance, CallError> {
+        let mut instance =
+            PluginInstance::new(&self.runtime, &self.pre, self.host.clone(), &self.limits).await?;
+        match instance.init(&self.settings).await? {
+            Ok(()) => Ok(instance),
+            // It accepted these settings at load; refusing them now is a broken plugin.
+            Err(refused) => Err(CallError::Trapped {
+                plugin: self.name().to_owned(),
+                call: "init",
+                cause: format!("refused its settings on re-instantiation: {refused}"),
+            }),
+        }
+    }
+}
+
+/// One live instance of a plugin, with its own store.
+///
+/// Contract: calls run one at a time (`&mut self`), each with a fresh deadline; after any
+/// [`CallError`] the instance must be dropped and a new one made.
+pub struct PluginInstance {
+    store: Store<StoreState>,
+    bindings: bindings::Plugin,
+    plugin: Arc<str>,
+    deadline: Duration,
+}
+
+impl PluginInstance {
+    async fn new(
+        runtime: &Runtime,
+        pre: &bindings::PluginPre<StoreState>,
+        host: Arc<HostContext>,
+        limits: &PluginLimits,
+    ) -> Result<Self, CallError> {
+        let plugin = host.plugin.clone();
+        PluginStats::add(&host.stats.instances_created, 1);
+        let mut store = Store::new(&runtime.engine, StoreState::new(host, limits.max_memory));
+        store.limiter(|state| &mut state.limits);
+        store.epoch_deadline_callback(|ctx| {
+            if Instant::now() >= ctx.data().deadline {
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        let mut this_deadline = Instant::now() + limits.call_deadline;
+        store.data_mut().deadline = this_deadline;
+        store.set_epoch_deadline(1);
+        let bindings = pre.instantiate_async(&mut store).await;
+        let bindings = classify(&plugin, "instantiate", limits.call_deadline, bindings)?;
+        this_deadline = Instant::now();
+        store.data_mut().deadline = this_deadline;
+        Ok(Self {
+            store,
+            bindings,
+            plugin,
+            deadline: limits.call_deadline,
+        })
+    }
+
+    /// Starts a call's clock.
+    fn arm(&mut self) {
+        self.store.data_mut().deadline = Instant::now() + self.deadline;
+        self.store.set_epoch_deadline(1);
+    }
+
+    fn finish<T>(&self, call: &'static str, result: wasmtime::Result<T>) -> Result<T, CallError> {
+        classify(&self.plugin, call, self.deadline, result)
+    }
+
+    pub(crate) async fn init(&mut self, settings: &str) -> Result<Result<(), String>, CallError> {
+        self.arm();
+        let r = self
+            .bindings
+            .kubeplug_plugin_handler()
+            .call_init(&mut self.store, settings)
+            .await;
+        self.finish("init", r)
+    }
+
+    pub(crate) async fn describe(&mut self) -> Result<guest::Description, CallError> {
+        self.arm();
+        let r = self
+            .bindings
+            .kubeplug_plugin_handler()
+            .call_describe(&mut self.store)
+            .await;
+        self.finish("describe", r)
+    }
+
+    pub(crate) async fn handle_events(
+        &mut self,
+        batch: &[wit::Event],
+    ) -> Result<Result<(), String>, CallError> {
+        self.arm();
+        let started = Instant::now();
+        let r = self
+            .bindings
+            .kubeplug_plugin_handler()
+            .call_handle_events(&mut self.store, batch)
+            .await;
+        let stats = &self.store.data().host.stats;
+        PluginStats::add(&stats.call_nanos, started.elapsed().as_nanos() as u64);
+        self.finish("handle-events", r)
+    }
+
+    /// Calls `reconcile` for `target`.
+    pub async fn reconcile(
+        &mut self,
+        target: &ObjectRef,
+    ) -> Result<guest::ReconcileResult, CallError> {
+        self.arm();
+        let resource = wit::Gvk::from(&target.resource);
+        let r = self
+            .bindings
+            .kubeplug_plugin_handler()
+            .call_reconcile(
+                &mut self.store,
+                &resource,
+                target.namespace.as_deref(),
+                &target.name,
+            )
+            .await;
+        self.finish("reconcile", r)
+    }
+
+    pub(crate) async fn map_event(
+        &mut self,
+        event: &wit::Event,
+    ) -> Result<Vec<ObjectRef>, CallError> {
+        self.arm();
+        let r = self
+            .bindings
+            .kubeplug_plugin_handler()
+            .call_map_event(&mut self.store, event)
+            .await;
+        let refs = self.finish("map-event", r)?;
+        Ok(refs
+            .into_iter()
+            .map(|r| ObjectRef {
+                resource: r.resource_type.into(),
+                namespace: r.namespace.filter(|ns| !ns.is_empty()),
+                name: r.name,
+            })
+            .collect())
+    }
+}
+
+/// A wasmtime error from a call, as a [`CallError`].
+fn classify<T>(
+    plugin: &str,
+    call: &'static str,
+    deadline: Duration,
+    result: wasmtime::Result<T>,
+) -> Result<T, CallError> {
+    result.map_err(|e| match e.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => CallError::DeadlineExceeded {
+            plugin: plugin.to_owned(),
+            call,
+            deadline,
+        },
+        _ => CallError::Trapped {
+            plugin: plugin.to_owned(),
+            call,
+            cause: format!("{e:#}"),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_wasi_02_and_our_package_may_be_imported() {
+        assert!(import_allowed("wasi:cli/environment@0.2.6"));
+        assert!(import_allowed("wasi:io/streams@0.2.0"));
+        assert!(import_allowed("kubeplug:plugin/cache@0.1.0"));
+        assert!(!import_allowed("wasi:http/outgoing-handler@0.3.0"));
+        assert!(!import_allowed("kubeplug:plugin/cache@0.2.0"));
+        assert!(!import_allowed("evil:net/raw@1.0.0"));
+        assert!(!import_allowed("env"));
+    }
+}

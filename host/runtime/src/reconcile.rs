@@ -1,0 +1,236 @@
+//! Reconcile mode: events become keys in a rate-limited work queue; N workers, each with its
+//! own instance, call `reconcile`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kubeplug_informer::listener::{ListenerReceiver, Notification};
+use kubeplug_workqueue::{Outcome, Queue, Workers, run_workers};
+use tokio::task::JoinHandle;
+
+use crate::bindings::guest::ReconcileResult;
+use crate::convert;
+use crate::description::{Delivery, KeyMapping, SubscriptionSpec};
+use crate::events::DriverError;
+use crate::fault::Breaker;
+use crate::gvk::Gvk;
+use crate::plugin::{Plugin, PluginInstance};
+use crate::status::{PluginStats, bounded};
+use crate::view::ObjectRef;
+
+/// The running parts of a reconcile-mode plugin.
+#[derive(Debug)]
+pub struct Reconciler {
+    /// The work queue (keys coalesce while they wait).
+    pub queue: Queue<ObjectRef>,
+    /// The workers.
+    pub workers: Workers,
+    /// One feeder per subscription, turning notifications into keys.
+    pub feeders: Vec<JoinHandle<()>>,
+}
+
+/// Starts a reconcile-mode plugin: `receivers[i]` feeds `subscriptions[i]` into `queue`
+/// (build it with the rate limiter and metrics the host wants), and
+/// `Delivery::Reconcile { workers }` workers reconcile keys from it.
+///
+/// Contract:
+/// - a notification enqueues the keys its subscription's [`KeyMapping`] gives (own key,
+///   owner of a kind, or the plugin's `map-event`); a key waiting is not queued twice;
+/// - no key is reconciled by two workers at once (the queue's guarantee); each worker has
+///   its own instance, re-created after a fault;
+/// - `done` forgets the key's back-off, `requeue-after` re-adds it after the delay, `error`
+///   and faults re-add it rate-limited;
+/// - after `max_consecutive_failures` failures in a row the plugin is quarantined: workers
+///   wait out an exponential back-off before the next call (keys keep coalescing).
+pub fn run_reconcile(
+    plugin: Arc<Plugin>,
+    receivers: Vec<ListenerReceiver>,
+    queue: Queue<ObjectRef>,
+) -> Result<Reconciler, DriverError> {
+    let description = plugin.description();
+    let Delivery::Reconcile { workers } = description.delivery else {
+        return Err(DriverError::WrongMode {
+            plugin: plugin.name().to_owned(),
+            expected: "reconcile",
+            actual: description.delivery,
+        });
+    };
+    if receivers.len() != description.subscriptions.len() {
+        return Err(DriverError::ReceiverCount {
+            plugin: plugin.name().to_owned(),
+            subscriptions: description.subscriptions.len(),
+            receivers: receivers.len(),
+        });
+    }
+    let breaker = Arc::new(Breaker::new(
+        plugin.stats().clone(),
+        plugin.limits().clone(),
+    ));
+    let feeders = receivers
+        .into_iter()
+        .enumerate()
+        .map(|(index, receiver)| tokio::spawn(feed(plugin.clone(), index, receiver, queue.clone())))
+        .collect();
+    let pool: Arc<Mutex<Vec<PluginInstance>>> = Arc::default();
+    let workers = run_workers(&queue, workers, move |target: ObjectRef| {
+        let (plugin, pool, breaker) = (plugin.clone(), pool.clone(), breaker.clone());
+        async move { reconcile_one(&plugin, &pool, &breaker, target).await }
+    });
+    Ok(Reconciler {
+        queue,
+        workers,
+        feeders,
+    })
+}
+
+/// The key of `object`'s owner of kind `owner` (group and kind compared).
+fn owner_key(n: &Notification, owner: &Gvk) -> Option<ObjectRef> {
+    let object = n.object();
+    object.owner_references().iter().find_map(|r| {
+        let group = r.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        (group == owner.group && *r.kind == *owner.kind).then(|| ObjectRef {
+            resource: owner.clone(),
+            namespace: object.namespace().map(str::to_owned),
+            name: r.name.to_string(),
+        })
+    })
+}
+
+/// Turns one subscription's notifications into keys.
+async fn feed(
+    plugin: Arc<Plugin>,
+    index: usize,
+    mut receiver: ListenerReceiver,
+    queue: Queue<ObjectRef>,
+) {
+    let spec: SubscriptionSpec = plugin.description().subscriptions[index].clone();
+    let batch_size = plugin.limits().batch_size;
+    let mut mapper: Option<PluginInstance> = None;
+    while let Some(batch) = receiver.recv_batch(batch_size).await {
+        for n in batch.iter() {
+            match &spec.enqueue {
+                KeyMapping::OwnKey => queue.add(ObjectRef {
+                    resource: spec.resource.clone(),
+                    namespace: n.object().namespace().map(str::to_owned),
+                    name: n.object().name().to_owned(),
+                }),
+                KeyMapping::Owner(owner) => {
+                    if let Some(key) = owner_key(n, owner) {
+                        queue.add(key);
+                    }
+                }
+                KeyMapping::Computed => {
+                    let event = convert::event(index as u32, &spec, n);
+                    if mapper.is_none() {
+                        match plugin.instantiate().await {
+                            Ok(i) => mapper = Some(i),
+                            Err(e) => {
+                                tracing::warn!(plugin = plugin.name(), error = %e, "map-event: no instance");
+                                continue;
+                            }
+                        }
+                    }
+                    let live = mapper.as_mut().expect("mapper was just made");
+                    match live.map_event(&event).await {
+                        Ok(keys) => keys.into_iter().for_each(|k| queue.add(k)),
+                        Err(e) => {
+                            mapper = None;
+                            plugin.stats().record_failure(&e.to_string());
+                            tracing::warn!(plugin = plugin.name(), key = n.key().as_str(), error = %e, "map-event failed; event dropped");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One `reconcile` call on a pooled instance, as a worker outcome.
+async fn reconcile_one(
+    plugin: &Plugin,
+    pool: &Mutex<Vec<PluginInstance>>,
+    breaker: &Breaker,
+    target: ObjectRef,
+) -> Outcome<String> {
+    breaker.wait().await;
+    let taken = pool.lock().expect("instance pool lock poisoned").pop();
+    let mut instance = match taken {
+        Some(i) => i,
+        None => match plugin.instantiate().await {
+            Ok(i) => i,
+            Err(e) => return fail(plugin, breaker, e.to_string()),
+        },
+    };
+    PluginStats::add(&plugin.stats().reconciles, 1);
+    match instance.reconcile(&target).await {
+        Ok(result) => {
+            pool.lock()
+                .expect("instance pool lock poisoned")
+                .push(instance);
+            match result {
+                ReconcileResult::Done => {
+                    breaker.success();
+                    Outcome::Done
+                }
+                ReconcileResult::RequeueAfter(ms) => {
+                    breaker.success();
+                    Outcome::RequeueAfter(Duration::from_millis(ms))
+                }
+                ReconcileResult::Error(message) => fail(
+                    plugin,
+                    breaker,
+                    format!(
+                        "plugin {}: reconcile {target}: {}",
+                        plugin.name(),
+                        bounded(&message)
+                    ),
+                ),
+            }
+        }
+        // The instance is dropped: a trapped instance is never called again.
+        Err(fault) => fail(plugin, breaker, bounded(&fault.to_string())),
+    }
+}
+
+fn fail(plugin: &Plugin, breaker: &Breaker, error: String) -> Outcome<String> {
+    if let Some(pause) = breaker.failure(&error) {
+        tracing::error!(plugin = plugin.name(), ?pause, %error, "plugin quarantined");
+    }
+    Outcome::Error(error)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use kubeplug_informer::object::ObjectDecoder;
+    use kubeplug_informer::resource::Resource;
+
+    use super::*;
+
+    fn pod_owned_by(api_version: &str, kind: &str) -> Notification {
+        let json = format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p","namespace":"ns","resourceVersion":"3","ownerReferences":[{{"apiVersion":"{api_version}","kind":"{kind}","name":"owner","uid":"u1","controller":true}}]}}}}"#
+        );
+        let decoder = ObjectDecoder::new(Resource::new("", "v1", "Pod", "pods", true));
+        Notification::Add {
+            object: Arc::new(decoder.decode(json.as_bytes()).unwrap()),
+            in_initial_list: false,
+        }
+    }
+
+    #[test]
+    fn owner_keys_match_group_and_kind_in_any_version() {
+        let replica_sets = Gvk::new("apps", "v1", "ReplicaSet");
+        let n = pod_owned_by("apps/v1beta2", "ReplicaSet");
+        let key = owner_key(&n, &replica_sets).unwrap();
+        assert_eq!(key.key(), "ns/owner");
+        assert_eq!(key.resource, replica_sets, "the key names the owner's type");
+        assert_eq!(owner_key(&n, &Gvk::new("apps", "v1", "Deployment")), None);
+        assert_eq!(
+            owner_key(&pod_owned_by("v1", "ReplicaSet"), &replica_sets),
+            None,
+            "core group differs"
+        );
+    }
+}

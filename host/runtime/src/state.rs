@@ -1,0 +1,208 @@
+//! What a store holds: WASI context, resource table, limits, the call deadline, and the
+//! plugin's host context (grants, cache, writer, counters).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use tokio::io::AsyncWrite;
+use wasmtime::component::ResourceTable;
+use wasmtime::{StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::grants::Policy;
+use crate::gvk::Gvk;
+use crate::status::{PluginMetrics, PluginStats};
+use crate::view::{CacheView, ClusterWriter};
+
+/// Everything host functions of one plugin share, across its instances.
+pub(crate) struct HostContext {
+    /// The plugin's name, on every log line and error.
+    pub(crate) plugin: Arc<str>,
+    /// What it may read and write.
+    pub(crate) policy: Policy,
+    /// The caches.
+    pub(crate) cache: Arc<dyn CacheView>,
+    /// The cluster.
+    pub(crate) writer: Arc<dyn ClusterWriter>,
+    /// Its own metrics.
+    pub(crate) metrics: Arc<PluginMetrics>,
+    /// Its counters.
+    pub(crate) stats: Arc<PluginStats>,
+    /// (resource, the plugin's index name) → the informer's index name.
+    pub(crate) indexes: BTreeMap<(Gvk, String), String>,
+    /// Shared by `log` and captured stdout/stderr.
+    pub(crate) log_budget: Arc<Mutex<LogBudget>>,
+}
+
+/// A token bucket for log records: `RATE` per second, bursts of `BURST`.
+#[derive(Debug)]
+pub(crate) struct LogBudget {
+    tokens: f64,
+    last: Instant,
+    /// Records dropped since the last one that got through.
+    dropped: u64,
+}
+
+impl LogBudget {
+    const RATE: f64 = 100.0;
+    const BURST: f64 = 200.0;
+
+    pub(crate) fn new() -> Self {
+        Self {
+            tokens: Self::BURST,
+            last: Instant::now(),
+            dropped: 0,
+        }
+    }
+
+    /// Takes a token: `Some(dropped before this one)` if the record may be logged.
+    pub(crate) fn take(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        let refill = now.duration_since(self.last).as_secs_f64() * Self::RATE;
+        self.tokens = (self.tokens + refill).min(Self::BURST);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Some(std::mem::take(&mut self.dropped))
+        } else {
+            self.dropped += 1;
+            None
+        }
+    }
+}
+
+/// The data of one plugin instance's store.
+pub(crate) struct StoreState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limits: StoreLimits,
+    /// When the current call must have returned.
+    pub(crate) deadline: Instant,
+    pub(crate) host: Arc<HostContext>,
+}
+
+impl WasiView for StoreState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl StoreState {
+    /// A store for `host`'s plugin: WASI with no preopened directory, an empty environment,
+    /// no network, stdout/stderr into tracing; memory capped at `max_memory`.
+    pub(crate) fn new(host: Arc<HostContext>, max_memory: usize) -> Self {
+        let wasi = WasiCtxBuilder::new()
+            .stdout(Capture::new(&host, "stdout"))
+            .stderr(Capture::new(&host, "stderr"))
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }))
+            .build();
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(max_memory)
+            .instances(32)
+            .tables(32)
+            .memories(8)
+            .trap_on_grow_failure(false)
+            .build();
+        Self {
+            wasi,
+            table: ResourceTable::new(),
+            limits,
+            deadline: Instant::now(),
+            host,
+        }
+    }
+}
+
+/// Longest line kept from a plugin's stdout or stderr; the rest of the line is dropped.
+const MAX_LINE: usize = 4096;
+
+/// A plugin's stdout or stderr: complete lines go to tracing at `info` (stdout) or `warn`
+/// (stderr) with the plugin's name, through the plugin's log budget. Writes always succeed,
+/// so a chatty plugin is throttled, never blocked or failed.
+#[derive(Clone)]
+struct Capture {
+    plugin: Arc<str>,
+    stream: &'static str,
+    budget: Arc<Mutex<LogBudget>>,
+    line: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Capture {
+    fn new(host: &HostContext, stream: &'static str) -> Self {
+        Self {
+            plugin: host.plugin.clone(),
+            stream,
+            budget: host.log_budget.clone(),
+            line: Arc::default(),
+        }
+    }
+
+    fn emit(&self, line: &[u8]) {
+        let taken = self.budget.lock().map(|mut b| b.take()).unwrap_or(None);
+        if let Some(dropped) = taken {
+            let text = String::from_utf8_lossy(line);
+            if self.stream == "stderr" {
+                tracing::warn!(plugin = %self.plugin, stream = self.stream, dropped, "{text}");
+            } else {
+                tracing::info!(plugin = %self.plugin, stream = self.stream, dropped, "{text}");
+            }
+        }
+    }
+
+    fn write(&self, mut buf: &[u8]) {
+        let Ok(mut line) = self.line.lock() else {
+            return;
+        };
+        while let Some(end) = buf.iter().position(|&b| b == b'\n') {
+            let room = MAX_LINE.saturating_sub(line.len());
+            line.extend_from_slice(&buf[..end.min(room)]);
+            self.emit(&line);
+            line.clear();
+            buf = &buf[end + 1..];
+        }
+        let room = MAX_LINE.saturating_sub(line.len());
+        line.extend_from_slice(&buf[..buf.len().min(room)]);
+    }
+}
+
+impl IsTerminal for Capture {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for Capture {
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl AsyncWrite for Capture {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.write(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}

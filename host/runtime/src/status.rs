@@ -1,0 +1,266 @@
+//! A loaded plugin's counters, state and plugin-defined metrics.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// What a plugin is doing now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunState {
+    /// Receiving deliveries.
+    Running,
+    /// Paused after too many consecutive failures; its buffers keep only the latest state
+    /// per key. It is retried after `retry_in`.
+    Quarantined {
+        /// The back-off before the next attempt.
+        retry_in: Duration,
+        /// The failure that caused it.
+        last_error: String,
+    },
+    /// Its driver stopped (the subscriptions closed).
+    Stopped,
+}
+
+/// Counters of one plugin, updated by its driver and its host calls.
+#[derive(Debug, Default)]
+pub struct PluginStats {
+    pub(crate) events_delivered: AtomicU64,
+    pub(crate) calls_failed: AtomicU64,
+    pub(crate) batches_skipped: AtomicU64,
+    pub(crate) instances_created: AtomicU64,
+    pub(crate) denied: AtomicU64,
+    pub(crate) reconciles: AtomicU64,
+    pub(crate) quarantines: AtomicU64,
+    pub(crate) consecutive_failures: AtomicU64,
+    pub(crate) call_nanos: AtomicU64,
+    pub(crate) state: Mutex<Option<RunState>>,
+    pub(crate) last_error: Mutex<Option<String>>,
+}
+
+/// A snapshot of a plugin's status, for HTTP and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginStatus {
+    /// Its state.
+    pub state: RunState,
+    /// Events handed to it in calls that succeeded.
+    pub events_delivered: u64,
+    /// Calls that trapped, ran out of time or memory, or returned an error.
+    pub calls_failed: u64,
+    /// Events-mode batches given up after their retries.
+    pub batches_skipped: u64,
+    /// Instances created (the first, and one after every fault).
+    pub instances_created: u64,
+    /// Host calls refused by its grants.
+    pub denied: u64,
+    /// Reconcile calls made.
+    pub reconciles: u64,
+    /// Times it was quarantined.
+    pub quarantines: u64,
+    /// Wall-clock time spent inside calls into the plugin (lowering the arguments, running
+    /// it, lifting the result), in nanoseconds.
+    pub call_nanos: u64,
+    /// The last failure, if any.
+    pub last_error: Option<String>,
+}
+
+/// Longest error text kept from a plugin (its own messages and trap descriptions).
+pub(crate) const MAX_ERROR: usize = 4096;
+
+/// `text` cut to [`MAX_ERROR`] bytes at a char boundary, marked when cut.
+pub(crate) fn bounded(text: &str) -> String {
+    if text.len() <= MAX_ERROR {
+        return text.to_owned();
+    }
+    let mut end = MAX_ERROR;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &text[..end], text.len())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().expect("plugin status lock poisoned by a panic")
+}
+
+impl PluginStats {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_state(&self, state: RunState) {
+        *lock(&self.state) = Some(state);
+    }
+
+    pub(crate) fn record_failure(&self, error: &str) -> u64 {
+        self.calls_failed.fetch_add(1, Ordering::Relaxed);
+        *lock(&self.last_error) = Some(error.to_owned());
+        self.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub(crate) fn record_success(&self) {
+        self.consecutive_failures.store(0, Ordering::Relaxed);
+    }
+
+    /// The current status.
+    pub fn snapshot(&self) -> PluginStatus {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        PluginStatus {
+            state: lock(&self.state).clone().unwrap_or(RunState::Running),
+            events_delivered: get(&self.events_delivered),
+            calls_failed: get(&self.calls_failed),
+            batches_skipped: get(&self.batches_skipped),
+            instances_created: get(&self.instances_created),
+            denied: get(&self.denied),
+            reconciles: get(&self.reconciles),
+            quarantines: get(&self.quarantines),
+            call_nanos: get(&self.call_nanos),
+            last_error: lock(&self.last_error).clone(),
+        }
+    }
+}
+
+/// The most series one plugin may define.
+pub const MAX_SERIES: usize = 64;
+
+/// A plugin-defined series: metric name plus sorted labels.
+pub type SeriesKey = (String, Vec<(String, String)>);
+
+/// The value of a plugin-defined series.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MetricValue {
+    /// A counter.
+    Counter(u64),
+    /// A gauge.
+    Gauge(f64),
+}
+
+/// Plugin-defined counters and gauges; the binary exports them with a `plugin` label.
+///
+/// Contract: at most [`MAX_SERIES`] series; a name is a counter or a gauge, never both.
+#[derive(Debug, Default)]
+pub struct PluginMetrics {
+    series: Mutex<BTreeMap<SeriesKey, MetricValue>>,
+}
+
+/// Why a metric update was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetricError {
+    /// Bad name or label name.
+    #[error("{0:?} is not a valid Prometheus name ([a-zA-Z_:][a-zA-Z0-9_:]*, at most 128 bytes)")]
+    InvalidName(String),
+    /// Too many series.
+    #[error("the plugin already has {MAX_SERIES} series; {0} would be one more")]
+    TooManySeries(String),
+    /// Counter used as gauge or the reverse.
+    #[error("{0} is already a metric of the other type")]
+    TypeMismatch(String),
+}
+
+fn valid_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    name.len() <= 128
+        && bytes
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_' || b == b':')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
+}
+
+impl PluginMetrics {
+    fn update(
+        &self,
+        name: &str,
+        labels: Vec<(String, String)>,
+        f: impl FnOnce(Option<MetricValue>) -> Result<MetricValue, MetricError>,
+    ) -> Result<(), MetricError> {
+        if !valid_name(name) {
+            return Err(MetricError::InvalidName(name.to_owned()));
+        }
+        if let Some((bad, _)) = labels
+            .iter()
+            .find(|(k, v)| !valid_name(k) || v.len() > 1024)
+        {
+            return Err(MetricError::InvalidName(bad.clone()));
+        }
+        let mut labels = labels;
+        labels.sort();
+        let mut series = lock(&self.series);
+        let key = (name.to_owned(), labels);
+        let old = series.get(&key).copied();
+        if old.is_none() && series.len() >= MAX_SERIES {
+            return Err(MetricError::TooManySeries(name.to_owned()));
+        }
+        let new = f(old)?;
+        series.insert(key, new);
+        Ok(())
+    }
+
+    /// Adds `delta` to a counter.
+    pub fn counter_add(
+        &self,
+        name: &str,
+        labels: Vec<(String, String)>,
+        delta: u64,
+    ) -> Result<(), MetricError> {
+        self.update(name, labels, |old| match old {
+            None => Ok(MetricValue::Counter(delta)),
+            Some(MetricValue::Counter(v)) => Ok(MetricValue::Counter(v.saturating_add(delta))),
+            Some(MetricValue::Gauge(_)) => Err(MetricError::TypeMismatch(name.to_owned())),
+        })
+    }
+
+    /// Sets a gauge.
+    pub fn gauge_set(
+        &self,
+        name: &str,
+        labels: Vec<(String, String)>,
+        value: f64,
+    ) -> Result<(), MetricError> {
+        self.update(name, labels, |old| match old {
+            None | Some(MetricValue::Gauge(_)) => Ok(MetricValue::Gauge(value)),
+            Some(MetricValue::Counter(_)) => Err(MetricError::TypeMismatch(name.to_owned())),
+        })
+    }
+
+    /// Every series and its value.
+    pub fn snapshot(&self) -> BTreeMap<SeriesKey, MetricValue> {
+        lock(&self.series).clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_validate_names_types_and_cardinality() {
+        let m = PluginMetrics::default();
+        m.counter_add("seen_total", vec![("ns".into(), "a".into())], 2)
+            .unwrap();
+        m.counter_add("seen_total", vec![("ns".into(), "a".into())], 3)
+            .unwrap();
+        assert_eq!(
+            m.snapshot()[&(
+                "seen_total".to_owned(),
+                vec![("ns".to_owned(), "a".to_owned())]
+            )],
+            MetricValue::Counter(5)
+        );
+        assert!(matches!(
+            m.gauge_set("seen_total", vec![("ns".into(), "a".into())], 1.0),
+            Err(MetricError::TypeMismatch(_))
+        ));
+        assert!(matches!(
+            m.counter_add("9bad", vec![], 1),
+            Err(MetricError::InvalidName(_))
+        ));
+        for i in 1..MAX_SERIES {
+            m.gauge_set("g", vec![("i".into(), i.to_string())], 1.0)
+                .unwrap();
+        }
+        assert!(matches!(
+            m.gauge_set("g", vec![("i".into(), "x".into())], 1.0),
+            Err(MetricError::TooManySeries(_))
+        ));
+    }
+}

@@ -1,0 +1,130 @@
+//! Events mode against a real informer: add/update/delete in order, and cache queries by
+//! key, label and a declared custom index that see what the informer holds.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use kubeplug_informer::memory::MemoryServer;
+use kubeplug_informer::object::ObjectKey;
+use kubeplug_runtime::events::run_events;
+use kubeplug_runtime::{Grants, PluginLimits, WriteVerb};
+use serde_json::json;
+
+use crate::fixtures::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_sees_every_change_and_queries_the_cache() -> Result<()> {
+    let server = MemoryServer::new();
+    server
+        .create(&pods(), &pod("a", &[("app", "web")], &["cm-a"]))
+        .unwrap();
+    server
+        .create(&pods(), &pod("b", &[("app", "db")], &["cm-b"]))
+        .unwrap();
+    let (informer, mut receivers) = informer(&server, pods(), 1);
+    let recorder = Arc::new(Recorder::default());
+    let runtime = runtime();
+    let plugin = load(
+        &runtime,
+        "cache-querier",
+        BTreeMap::from([(gvk(&pods()), informer.indexer().clone())]),
+        recorder.clone(),
+        Grants::default().allow_write(observations(), WriteVerb::Create),
+        PluginLimits::default(),
+    )
+    .await?;
+    assert_eq!(plugin.name(), "cache-querier");
+    let driver = run_events(plugin.clone(), vec![receivers.remove(0)])?;
+
+    until("the initial list", Duration::from_secs(30), || {
+        recorder.observations().len() == 2
+    })
+    .await?;
+    let initial = recorder.observations();
+    assert!(
+        initial
+            .iter()
+            .all(|o| o["change"] == "Added" && o["initial"] == true),
+        "{initial:?}"
+    );
+    assert_eq!(
+        initial
+            .iter()
+            .map(|o| o["key"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["ns/a", "ns/b"]
+    );
+
+    // Each change waits for the plugin, so the cache it queries holds exactly that state.
+    server
+        .update(&pods(), &pod("a", &[("app", "db")], &["cm-a"]))
+        .unwrap();
+    until("the update", Duration::from_secs(30), || {
+        recorder.observations().len() == 3
+    })
+    .await?;
+    server
+        .create(&pods(), &pod("c", &[("app", "web")], &["cm-a", "cm-c"]))
+        .unwrap();
+    until("the add", Duration::from_secs(30), || {
+        recorder.observations().len() == 4
+    })
+    .await?;
+    server
+        .delete(&pods(), &ObjectKey::new(Some("ns"), "b"))
+        .unwrap();
+    until("the delete", Duration::from_secs(30), || {
+        recorder.observations().len() == 5
+    })
+    .await?;
+
+    let seen = recorder.observations();
+    let live: Vec<_> = seen[2..]
+        .iter()
+        .map(|o| (o["change"].as_str().unwrap(), o["key"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        live,
+        [("Updated", "ns/a"), ("Added", "ns/c"), ("Deleted", "ns/b")]
+    );
+
+    let update = &seen[2];
+    assert_eq!(update["app"], "db", "typed metadata carries the new labels");
+    assert_eq!(
+        update["json_name"], "a",
+        "the object JSON was sent as asked"
+    );
+    assert_eq!(
+        update["cached_rv"], update["rv"],
+        "get by key sees the informer's state"
+    );
+    assert_eq!(update["web"], json!([]), "a is no longer app=web");
+    assert_eq!(update["cm_a"], json!(["ns/a"]));
+
+    let add = &seen[3];
+    assert_eq!(add["web"], json!(["ns/c"]));
+    assert_eq!(
+        add["cm_a"],
+        json!(["ns/a", "ns/c"]),
+        "the declared path index"
+    );
+    assert_eq!(add["index_values"], json!(["cm-a", "cm-b", "cm-c"]));
+
+    let delete = &seen[4];
+    assert_eq!(delete["cached_rv"], json!(null), "gone from the cache");
+    assert_eq!(delete["index_values"], json!(["cm-a", "cm-c"]));
+
+    let status = plugin.status();
+    assert_eq!(status.events_delivered, 5);
+    assert_eq!(status.calls_failed, 0);
+    assert_eq!(
+        status.instances_created, 2,
+        "one at load for describe, one warm instance"
+    );
+
+    informer.stop().await;
+    driver.await?;
+    Ok(())
+}

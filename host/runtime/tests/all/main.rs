@@ -1,0 +1,11 @@
+//! Integration tests of the plugin runtime against real guest components, built from
+//! `plugins/` by the same code as `cargo xtask build-plugins`, and real informers over the
+//! in-memory API server.
+
+mod artifacts;
+mod events;
+mod fixtures;
+mod grants;
+mod hostile;
+mod reconcile;
+mod settings;

@@ -1,0 +1,128 @@
+//! Reconcile mode: done, requeue-after and error back-off, with N workers and never two at
+//! once on one key.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use kubeplug_informer::memory::MemoryServer;
+use kubeplug_runtime::reconcile::run_reconcile;
+use kubeplug_runtime::{Grants, ObjectRef, PluginLimits, WriteVerb};
+use kubeplug_workqueue::{ItemExponential, Queue};
+
+use crate::fixtures::*;
+
+fn config_map(name: &str, mode: &str, generation: u32) -> String {
+    format!(
+        r#"{{"metadata":{{"name":"{name}","namespace":"ns","labels":{{"mode":"{mode}"}}}},"data":{{"g":"{generation}"}}}}"#
+    )
+}
+
+fn target(name: &str) -> ObjectRef {
+    ObjectRef {
+        resource: gvk(&config_maps()),
+        namespace: Some("ns".into()),
+        name: name.into(),
+    }
+}
+
+fn starts(recorder: &Recorder, key: &str) -> usize {
+    recorder
+        .observations()
+        .iter()
+        .filter(|o| o["key"] == key && o["phase"] == "start")
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_error_backoff_and_one_worker_per_key() -> Result<()> {
+    let server = MemoryServer::new();
+    let names: Vec<String> = (0..8).map(|i| format!("ok-{i}")).collect();
+    for name in &names {
+        server
+            .create(&config_maps(), &config_map(name, "ok", 0))
+            .unwrap();
+    }
+    server
+        .create(&config_maps(), &config_map("again", "requeue", 0))
+        .unwrap();
+    server
+        .create(&config_maps(), &config_map("broken", "fail", 0))
+        .unwrap();
+    let (informer, receivers) = informer(&server, config_maps(), 1);
+    let recorder = Arc::new(Recorder::default());
+    let runtime = runtime();
+    let limits = PluginLimits {
+        max_consecutive_failures: u64::MAX,
+        ..PluginLimits::default()
+    };
+    let plugin = load(
+        &runtime,
+        "reconciler",
+        BTreeMap::from([(gvk(&config_maps()), informer.indexer().clone())]),
+        recorder.clone(),
+        Grants::default().allow_write(observations(), WriteVerb::Create),
+        limits,
+    )
+    .await?;
+    let queue: Queue<ObjectRef> = Queue::builder("reconciler")
+        .rate_limiter(ItemExponential::new(
+            Duration::from_millis(5),
+            Duration::from_secs(1),
+        ))
+        .build();
+    let reconciler = run_reconcile(plugin.clone(), receivers, queue.clone())?;
+
+    // Churn the ok keys so that they are re-added while being reconciled.
+    for generation in 1..=5 {
+        for name in &names {
+            server
+                .update(&config_maps(), &config_map(name, "ok", generation))
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    until(
+        "requeue-after and error back-off",
+        Duration::from_secs(60),
+        || starts(&recorder, "ns/again") >= 4 && queue.num_requeues(&target("broken")) >= 4,
+    )
+    .await?;
+    until("every ok key reconciled", Duration::from_secs(60), || {
+        names
+            .iter()
+            .all(|n| starts(&recorder, &format!("ns/{n}")) >= 1)
+    })
+    .await?;
+
+    assert_eq!(
+        *recorder.overlaps.lock().unwrap(),
+        0,
+        "a key was reconciled by two workers at once"
+    );
+    assert_eq!(
+        queue.num_requeues(&target("again")),
+        0,
+        "requeue-after is not a failure"
+    );
+    assert_eq!(queue.num_requeues(&target("ok-0")), 0);
+    let status = plugin.status();
+    assert!(status.calls_failed >= 4, "{status:?}");
+    assert!(
+        status
+            .last_error
+            .unwrap()
+            .contains("ns/broken is labelled mode=fail")
+    );
+    assert!(
+        status.instances_created <= 1 + 4,
+        "one instance per worker, none lost: {}",
+        status.instances_created
+    );
+
+    queue.shut_down();
+    reconciler.workers.abort();
+    informer.stop().await;
+    Ok(())
+}
