@@ -3,7 +3,9 @@
 //! `build_plugins` is the one place that builds plugins from source. Each guest language is a
 //! [`Toolchain`]; Rust is the first. A toolchain finds its plugins, checks that what it needs
 //! is installed (saying which command installs it when not), builds them into its own target
-//! directory and copies the components to `target/plugins/<name>.wasm`.
+//! directory and copies the components to `target/plugins/<name>.wasm`, or, for the test
+//! guests under `plugins/tests/`, to `target/test-plugins/<name>.wasm`, so that a plugins
+//! directory of examples never picks up a hostile test guest.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,9 +43,23 @@ impl Layout {
         self.root.join("target").join("guests")
     }
 
-    /// `target/plugins`: the built components, `<name>.wasm`.
+    /// `target/plugins`: the built example and user plugins, `<name>.wasm`.
     pub fn output_dir(&self) -> PathBuf {
         self.root.join("target").join("plugins")
+    }
+
+    /// `target/test-plugins`: the built test guests of `plugins/tests/`, `<name>.wasm`.
+    pub fn test_output_dir(&self) -> PathBuf {
+        self.root.join("target").join("test-plugins")
+    }
+
+    /// Where the plugin whose manifest is `manifest` is copied to.
+    pub fn output_dir_for(&self, manifest: &Path) -> PathBuf {
+        if manifest.starts_with(self.plugins_dir().join("tests")) {
+            self.test_output_dir()
+        } else {
+            self.output_dir()
+        }
     }
 }
 
@@ -59,7 +75,7 @@ pub trait Toolchain {
     fn check_installed(&self) -> Result<()>;
 
     /// Builds `names` (all of [`plugins`](Self::plugins) when empty) and returns the
-    /// components, copied to [`Layout::output_dir`].
+    /// components, copied to [`Layout::output_dir_for`] its manifest.
     fn build(&self, layout: &Layout, names: &[String]) -> Result<Vec<PathBuf>>;
 }
 
@@ -174,12 +190,18 @@ impl Toolchain for Rust {
         if !status.success() {
             bail!("building Rust plugins {selected:?} failed ({status}); see cargo's output above");
         }
-        let out = layout.output_dir();
-        std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
         let built = layout.guest_target_dir().join(WASM_TARGET).join("release");
         selected
             .into_iter()
             .map(|name| {
+                let manifest = all
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, manifest)| manifest.as_path())
+                    .with_context(|| format!("no Rust plugin called {name}"))?;
+                let out = layout.output_dir_for(manifest);
+                std::fs::create_dir_all(&out)
+                    .with_context(|| format!("creating {}", out.display()))?;
                 let file = format!("{}.wasm", name.replace('-', "_"));
                 let from = built.join(&file);
                 let to = out.join(format!("{name}.wasm"));
@@ -211,7 +233,7 @@ pub fn toolchains() -> Vec<Box<dyn Toolchain>> {
 }
 
 /// Builds the plugins called `names` (every plugin when empty) with whichever toolchain owns
-/// each, and returns the paths of the components in `target/plugins`.
+/// each, and returns the paths of the built components.
 pub fn build_plugins(layout: &Layout, names: &[String]) -> Result<Vec<PathBuf>> {
     let mut built = Vec::new();
     let mut unclaimed: Vec<&String> = names.iter().collect();

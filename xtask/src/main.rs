@@ -7,7 +7,8 @@ usage: cargo xtask <task>
 
 tasks:
   build-plugins [NAME...]  build the plugins under plugins/ (all when no NAME is given) into
-                           target/plugins/<name>.wasm; Rust guests need
+                           target/plugins/<name>.wasm (test guests of plugins/tests/ into
+                           target/test-plugins/); Rust guests need
                            `rustup target add wasm32-wasip2`
   help                     this text";
 

@@ -61,7 +61,7 @@ fn rss_bytes() -> u64 {
 
 fn guest(name: &str) -> Result<Vec<u8>> {
     let layout = xtask::Layout::from_manifest_dir();
-    let path = layout.output_dir().join(format!("{name}.wasm"));
+    let path = layout.test_output_dir().join(format!("{name}.wasm"));
     std::fs::read(&path).with_context(|| format!("reading {}", path.display()))
 }
 
@@ -73,7 +73,7 @@ async fn load(
     let caches = BTreeMap::from([(Gvk::new("", "v1", "Pod"), informer.indexer().clone())]);
     let plugin = runtime
         .load(PluginSpec {
-            path: format!("target/plugins/{name}.wasm").into(),
+            path: format!("target/test-plugins/{name}.wasm").into(),
             bytes: guest(name)?,
             settings: "{}".into(),
             grants: Grants::default(),

@@ -33,7 +33,7 @@ pub(crate) fn guest(name: &str) -> Result<PathBuf> {
         })
         .clone()
         .map_err(|e| anyhow!("building the test guests: {e}"))?;
-    Ok(layout.output_dir().join(format!("{name}.wasm")))
+    Ok(layout.test_output_dir().join(format!("{name}.wasm")))
 }
 
 pub(crate) fn pods() -> Resource {
