@@ -1,0 +1,47 @@
+//! The command line: every flag has an environment variable, as is usual in a cluster.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Kubernetes event handlers as sandboxed WebAssembly plugins.
+#[derive(Debug, Parser)]
+#[command(name = "kubeplug", version, about, long_about = None)]
+pub(crate) struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run the host: informers, plugins from a directory, HTTP probes and metrics.
+    Run(RunArgs),
+}
+
+/// Flags of `kubeplug run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Directory of compiled plugins (`*.wasm`), watched for changes.
+    #[arg(long, env = "KUBEPLUG_PLUGINS", value_name = "DIR")]
+    pub(crate) plugins: PathBuf,
+
+    /// Directory of YAML manifests served as the cluster (the embedded local cluster).
+    #[arg(long, env = "KUBEPLUG_LOCAL", value_name = "DIR")]
+    pub(crate) local: PathBuf,
+
+    /// Watch only this namespace (all namespaces by default).
+    #[arg(long, env = "KUBEPLUG_NAMESPACE", value_name = "NS")]
+    pub(crate) namespace: Option<String>,
+
+    /// Address of the HTTP server for /healthz, /readyz, /metrics and /plugins
+    /// [default: the config file's `host.http`, else 127.0.0.1:8080].
+    #[arg(long, env = "KUBEPLUG_HTTP", value_name = "ADDR")]
+    pub(crate) http: Option<SocketAddr>,
+
+    /// Configuration file (TOML): grants, limits and per-plugin settings. Flags override it.
+    #[arg(long, env = "KUBEPLUG_CONFIG", value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+}

@@ -1,0 +1,224 @@
+//! The configuration file: host settings, plugin defaults, and per-plugin settings and grants.
+//!
+//! ```toml
+//! [host]
+//! http = "0.0.0.0:8080"
+//! namespace = "team-a"
+//!
+//! [defaults]
+//! memory_limit_mib = 64
+//! call_deadline_ms = 1000
+//! batch_size = 64
+//!
+//! # Sections are named like the plugin's file: `label-audit.wasm` reads this one.
+//! [plugins.label-audit]
+//! settings = { required_labels = ["app.kubernetes.io/name", "team"] }
+//!
+//! [plugins.label-audit.grants]
+//! # Types as `apiVersion/Kind`; writes per type, as verbs.
+//! read = ["v1/Secret"]
+//! write = { "apps/v1/Deployment" = ["record-event"], "v1/Pod" = ["record-event"] }
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use kubeplug_runtime::{Gvk, WriteVerb};
+use serde::Deserialize;
+
+/// Why the configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read the configuration file {path}: {source}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown or mistyped keys.
+    #[error("the configuration file {path} is invalid: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+}
+
+/// The whole file. Every section is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Config {
+    /// Host settings; flags override them.
+    #[serde(default)]
+    pub(crate) host: HostConfig,
+    /// Limits every plugin gets unless its own section says otherwise.
+    #[serde(default)]
+    pub(crate) defaults: PluginDefaults,
+    /// Per plugin, by the name its `describe()` returns.
+    #[serde(default)]
+    pub(crate) plugins: BTreeMap<String, PluginConfig>,
+}
+
+/// `[host]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HostConfig {
+    /// Address of the HTTP server.
+    pub(crate) http: Option<SocketAddr>,
+    /// Watch only this namespace.
+    pub(crate) namespace: Option<String>,
+}
+
+/// `[defaults]`: the sandbox limits of a plugin.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PluginDefaults {
+    /// Linear memory cap per instance.
+    pub(crate) memory_limit_mib: u32,
+    /// Deadline of one call into a plugin.
+    pub(crate) call_deadline_ms: u64,
+    /// Notifications handed over per call in events mode.
+    pub(crate) batch_size: u32,
+}
+
+impl Default for PluginDefaults {
+    fn default() -> Self {
+        Self {
+            memory_limit_mib: 64,
+            call_deadline_ms: 1000,
+            batch_size: 64,
+        }
+    }
+}
+
+/// `[plugins.NAME]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PluginConfig {
+    /// The settings document handed to the plugin at load, as JSON.
+    #[serde(default)]
+    pub(crate) settings: Option<toml::Table>,
+    /// What the plugin may read beyond its subscriptions, and write.
+    #[serde(default)]
+    pub(crate) grants: Grants,
+}
+
+/// Grants, with resource types written `apiVersion/Kind` (`v1/Secret`, `apps/v1/Deployment`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Grants {
+    /// Types the plugin may read beyond its subscriptions.
+    #[serde(default)]
+    pub(crate) read: Vec<String>,
+    /// Writes per type: `apply`, `patch`, `patch-status`, `create`, `delete`, `record-event`.
+    #[serde(default)]
+    pub(crate) write: BTreeMap<String, Vec<WriteVerb>>,
+}
+
+impl Grants {
+    /// The runtime's form; an error names the type that does not parse.
+    pub(crate) fn to_runtime(&self) -> Result<kubeplug_runtime::Grants, String> {
+        let mut grants = kubeplug_runtime::Grants::default();
+        for resource in &self.read {
+            grants = grants.allow_read(parse_type(resource)?);
+        }
+        for (resource, verbs) in &self.write {
+            let gvk = parse_type(resource)?;
+            for verb in verbs {
+                grants = grants.allow_write(gvk.clone(), *verb);
+            }
+        }
+        Ok(grants)
+    }
+}
+
+/// `v1/Secret` or `apps/v1/Deployment`.
+fn parse_type(text: &str) -> Result<Gvk, String> {
+    let parts: Vec<&str> = text.split('/').collect();
+    match parts.as_slice() {
+        [version, kind] if !version.is_empty() && !kind.is_empty() => {
+            Ok(Gvk::new("", version, kind))
+        }
+        [group, version, kind] if !group.is_empty() && !version.is_empty() && !kind.is_empty() => {
+            Ok(Gvk::new(group, version, kind))
+        }
+        _ => Err(format!(
+            "{text:?} is not a type; write apiVersion/Kind, e.g. apps/v1/Deployment"
+        )),
+    }
+}
+
+impl Config {
+    /// Reads `path`, or the defaults when there is none.
+    pub(crate) fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let Some(path) = path else {
+            return Ok(Self::default());
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Unreadable {
+            path: path.to_owned(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Invalid {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_example_parses() {
+        let example: String = include_str!("config.rs")
+            .lines()
+            .skip_while(|l| !l.starts_with("//! ```toml"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("//! ```"))
+            .map(|l| format!("{}\n", l.trim_start_matches("//!").trim_start()))
+            .collect();
+        let config: Config = toml::from_str(&example).unwrap();
+        assert_eq!(config.host.namespace.as_deref(), Some("team-a"));
+        assert_eq!(config.defaults.batch_size, 64);
+        let audit = &config.plugins["label-audit"];
+        assert!(
+            audit
+                .settings
+                .as_ref()
+                .unwrap()
+                .contains_key("required_labels")
+        );
+        let grants = audit.grants.to_runtime().unwrap();
+        assert!(grants.read.contains(&Gvk::new("", "v1", "Secret")));
+        assert!(
+            grants.write[&Gvk::new("apps", "v1", "Deployment")].contains(&WriteVerb::RecordEvent)
+        );
+        assert!(
+            parse_type("Deployment")
+                .unwrap_err()
+                .contains("apiVersion/Kind")
+        );
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.toml");
+        let error = Config::load(Some(&missing)).unwrap_err().to_string();
+        assert!(error.contains("missing.toml"), "{error}");
+
+        let typo = dir.path().join("typo.toml");
+        std::fs::write(&typo, "[host]\nhtp = \"0.0.0.0:1\"\n").unwrap();
+        let error = Config::load(Some(&typo)).unwrap_err().to_string();
+        assert!(
+            error.contains("typo.toml") && error.contains("htp"),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,176 @@
+//! Informer and plugin series for `/metrics`, read from the running host at each scrape.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use kubeplug_informer::factory::SharedInformerFactory;
+use kubeplug_informer::informer::SharedIndexInformer;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+
+use crate::plugins::{PluginHost, PluginReport};
+
+/// One metric family over a set of labelled items.
+struct Family<T> {
+    name: &'static str,
+    help: &'static str,
+    kind: Kind<T>,
+}
+
+enum Kind<T> {
+    Gauge(fn(&T) -> i64),
+    /// Exposed with `_total` appended.
+    Counter(fn(&T) -> u64),
+}
+
+/// Encodes `families`, one series per item, labelled `label="<item name>"`.
+fn encode<T>(
+    encoder: &mut DescriptorEncoder,
+    label: &str,
+    items: &[(String, T)],
+    families: &[Family<T>],
+) -> Result<(), std::fmt::Error> {
+    for family in families {
+        let metric_type = match family.kind {
+            Kind::Gauge(_) => MetricType::Gauge,
+            Kind::Counter(_) => MetricType::Counter,
+        };
+        let mut encoder = encoder.encode_descriptor(family.name, family.help, None, metric_type)?;
+        for (name, item) in items {
+            let labels = [(label, name.as_str())];
+            let series = encoder.encode_family(&labels)?;
+            match family.kind {
+                Kind::Gauge(value) => ConstGauge::new(value(item)).encode(series)?,
+                Kind::Counter(value) => ConstCounter::new(value(item)).encode(series)?,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Per informer (label `informer`: resource, namespace and selectors):
+/// `kubeplug_informer_objects`, `_synced`, `_handlers`, `_lists_total`, `_watches_total`,
+/// `_watch_events_total`, `_skipped_objects_total` and `_errors_total`.
+#[derive(Debug)]
+pub(crate) struct InformerCollector {
+    factory: SharedInformerFactory,
+}
+
+impl InformerCollector {
+    pub(crate) fn new(factory: SharedInformerFactory) -> Self {
+        Self { factory }
+    }
+}
+
+impl Collector for InformerCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let informers: Vec<(String, SharedIndexInformer)> = self
+            .factory
+            .keys()
+            .into_iter()
+            .filter_map(|key| Some((key.to_string(), self.factory.informer(&key)?)))
+            .collect();
+        let families: [Family<SharedIndexInformer>; 8] = [
+            Family {
+                name: "kubeplug_informer_objects",
+                help: "Objects in the informer's cache.",
+                kind: Kind::Gauge(|i| i.indexer().len() as i64),
+            },
+            Family {
+                name: "kubeplug_informer_synced",
+                help: "1 once the informer has synced.",
+                kind: Kind::Gauge(|i| i64::from(i.has_synced())),
+            },
+            Family {
+                name: "kubeplug_informer_handlers",
+                help: "Handlers registered on the informer.",
+                kind: Kind::Gauge(|i| i.handler_count() as i64),
+            },
+            Family {
+                name: "kubeplug_informer_lists",
+                help: "Complete lists, initial and relists.",
+                kind: Kind::Counter(|i| i.reflector_stats().lists.load(Ordering::Relaxed)),
+            },
+            Family {
+                name: "kubeplug_informer_watches",
+                help: "Watches opened.",
+                kind: Kind::Counter(|i| i.reflector_stats().watches.load(Ordering::Relaxed)),
+            },
+            Family {
+                name: "kubeplug_informer_watch_events",
+                help: "Watch events received.",
+                kind: Kind::Counter(|i| i.reflector_stats().events.load(Ordering::Relaxed)),
+            },
+            Family {
+                name: "kubeplug_informer_skipped_objects",
+                help: "Objects skipped because they could not be decoded.",
+                kind: Kind::Counter(|i| {
+                    i.reflector_stats().skipped_objects.load(Ordering::Relaxed)
+                }),
+            },
+            Family {
+                name: "kubeplug_informer_errors",
+                help: "List and watch failures.",
+                kind: Kind::Counter(|i| i.reflector_stats().errors.load(Ordering::Relaxed)),
+            },
+        ];
+        encode(&mut encoder, "informer", &informers, &families)
+    }
+}
+
+/// Per plugin (label `plugin`; the file for one that failed to load):
+/// `kubeplug_plugin_loaded` (1 when running), `kubeplug_plugin_quarantined`,
+/// `kubeplug_plugin_events_total` and `kubeplug_plugin_failures_total`.
+#[derive(Debug)]
+pub(crate) struct PluginCollector {
+    host: Arc<PluginHost>,
+}
+
+impl PluginCollector {
+    pub(crate) fn new(host: Arc<PluginHost>) -> Self {
+        Self { host }
+    }
+}
+
+impl Collector for PluginCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let reports: Vec<(String, PluginReport)> = self
+            .host
+            .reports()
+            .into_iter()
+            .map(|r| {
+                let name = r
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| r.file.display().to_string());
+                (name, r)
+            })
+            .collect();
+        let families: [Family<PluginReport>; 4] = [
+            Family {
+                name: "kubeplug_plugin_loaded",
+                help: "1 when the plugin is loaded and running.",
+                kind: Kind::Gauge(|r| i64::from(r.state == "running")),
+            },
+            Family {
+                name: "kubeplug_plugin_quarantined",
+                help: "1 while the plugin is quarantined.",
+                kind: Kind::Gauge(|r| i64::from(r.state == "quarantined")),
+            },
+            Family {
+                name: "kubeplug_plugin_events",
+                help: "Events delivered to the plugin.",
+                kind: Kind::Counter(|r| r.events_delivered),
+            },
+            Family {
+                name: "kubeplug_plugin_failures",
+                help: "Calls into the plugin that failed.",
+                kind: Kind::Counter(|r| r.failures),
+            },
+        ];
+        encode(&mut encoder, "plugin", &reports, &families)
+    }
+}

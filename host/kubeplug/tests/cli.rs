@@ -1,0 +1,300 @@
+//! The `kubeplug` binary as a user runs it: bad input, and a running host's HTTP endpoints.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn kubeplug() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeplug"));
+    command.env("KUBEPLUG_LOG", "info");
+    command
+}
+
+fn fails_naming(args: &[&str], expected: &[&str]) {
+    let output = kubeplug().args(args).output().unwrap();
+    assert!(!output.status.success(), "{args:?} succeeded");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for part in expected {
+        assert!(
+            stderr.contains(part),
+            "{args:?}: {stderr:?} does not name {part:?}"
+        );
+    }
+}
+
+#[test]
+fn bad_input_exits_non_zero_with_a_message_naming_the_problem() {
+    let cluster = tempfile::tempdir().unwrap();
+    let plugins = tempfile::tempdir().unwrap();
+    let cluster_dir = cluster.path().to_str().unwrap();
+    let plugins_dir = plugins.path().to_str().unwrap();
+    fails_naming(
+        &[
+            "run",
+            "--local",
+            cluster_dir,
+            "--plugins",
+            "/nonexistent/kubeplug-plugins",
+        ],
+        &["/nonexistent/kubeplug-plugins"],
+    );
+    fails_naming(
+        &[
+            "run",
+            "--local",
+            "/nonexistent/kubeplug-cluster",
+            "--plugins",
+            plugins_dir,
+        ],
+        &["/nonexistent/kubeplug-cluster"],
+    );
+    fails_naming(
+        &[
+            "run",
+            "--local",
+            cluster_dir,
+            "--plugins",
+            plugins_dir,
+            "--config",
+            "/nonexistent/kubeplug.toml",
+        ],
+        &["/nonexistent/kubeplug.toml"],
+    );
+    let bad_config = cluster.path().join("bad.toml");
+    std::fs::write(&bad_config, "[defaults]\nbatch_size = \"many\"\n").unwrap();
+    fails_naming(
+        &[
+            "run",
+            "--local",
+            cluster_dir,
+            "--plugins",
+            plugins_dir,
+            "--config",
+            bad_config.to_str().unwrap(),
+        ],
+        &["bad.toml", "batch_size"],
+    );
+    fails_naming(
+        &[
+            "run",
+            "--local",
+            cluster_dir,
+            "--plugins",
+            plugins_dir,
+            "--http",
+            "not-an-address",
+        ],
+        &["--http", "not-an-address"],
+    );
+    fails_naming(&["run", "--plugins", plugins_dir], &["--local"]);
+}
+
+/// A running host, killed on drop.
+struct Host {
+    child: Child,
+    address: SocketAddr,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Host {
+    fn start(cluster: &Path, plugins: &Path, config: &Path) -> Self {
+        let mut child = kubeplug()
+            .args(["run", "--http", "127.0.0.1:0", "--local"])
+            .arg(cluster)
+            .arg("--plugins")
+            .arg(plugins)
+            .arg("--config")
+            .arg(config)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (lines, received) = mpsc::channel();
+        std::thread::spawn(move || {
+            // Keeps draining after the address is found: a closed pipe would kill the host.
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("kubeplug: {line}");
+                let _ = lines.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let address = loop {
+            let line = received
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("kubeplug reports its HTTP address within a minute");
+            if let Some(at) = line.find("address=") {
+                break line[at + "address=".len()..]
+                    .split_whitespace()
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+            }
+        };
+        Self { child, address }
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        let mut stream = TcpStream::connect(self.address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let status = response[9..12].parse().unwrap();
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    /// Polls `path` until `done` holds for its answer; panics after a minute.
+    fn wait_for(&self, path: &str, done: impl Fn(u16, &str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, body) = self.get(path);
+            if done(status, &body) {
+                return body;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{path} never became what was expected: {status} {body}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn built_plugin(name: &str) -> PathBuf {
+    let layout = xtask::Layout::from_manifest_dir();
+    let built = xtask::build_plugins(&layout, &[name.to_owned()]).expect("plugins build");
+    built.into_iter().next().unwrap()
+}
+
+fn plugin_state<'a>(plugins: &'a serde_json::Value, file: &str) -> &'a serde_json::Value {
+    plugins
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["file"].as_str().unwrap().ends_with(file))
+        .unwrap_or_else(|| panic!("no {file} in {plugins}"))
+}
+
+#[test]
+fn a_running_host_serves_probes_metrics_and_plugin_status_and_follows_the_manifests() {
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        built_plugin("label-audit"),
+        plugins.path().join("label-audit.wasm"),
+    )
+    .unwrap();
+    std::fs::copy(
+        built_plugin("reconciler"),
+        plugins.path().join("reconciler.wasm"),
+    )
+    .unwrap();
+    std::fs::write(plugins.path().join("broken.wasm"), b"\0asm but not really").unwrap();
+
+    let cluster = tempfile::tempdir().unwrap();
+    let deployment = |labels: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: team-a\n{labels}"
+        )
+    };
+    std::fs::write(cluster.path().join("web.yaml"), deployment("")).unwrap();
+    std::fs::write(
+        cluster.path().join("cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: team-a\n  labels: {mode: ok}\n",
+    )
+    .unwrap();
+    let config = cluster.path().join("kubeplug.toml");
+    std::fs::write(
+        &config,
+        "[plugins.label-audit.grants]\nwrite = { \"apps/v1/Deployment\" = [\"record-event\"] }\n",
+    )
+    .unwrap();
+
+    let host = Host::start(cluster.path(), plugins.path(), &config);
+    assert_eq!(host.get("/healthz"), (200, "ok".to_owned()));
+    let ready = host.wait_for("/readyz?verbose", |status, _| status == 200);
+    assert!(
+        ready.contains("[+]plugins ok") && ready.contains("[+]informers ok"),
+        "{ready}"
+    );
+
+    let status: serde_json::Value = serde_json::from_str(&host.get("/plugins").1).unwrap();
+    assert_eq!(
+        plugin_state(&status, "label-audit.wasm")["state"],
+        "running"
+    );
+    // The reconciler test guest's own writes fail here, so it may be quarantined already:
+    // loaded either way.
+    let reconciler = &plugin_state(&status, "reconciler.wasm")["state"];
+    assert!(
+        reconciler == "running" || reconciler == "quarantined",
+        "{reconciler}"
+    );
+    let broken = plugin_state(&status, "broken.wasm");
+    assert_eq!(broken["state"], "failed");
+    assert!(
+        broken["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("broken.wasm"),
+        "{broken}"
+    );
+
+    // The label-audit plugin saw the Deployment; editing the manifest reaches it as an update.
+    let delivered = |body: &str| {
+        let status: serde_json::Value = serde_json::from_str(body).unwrap();
+        plugin_state(&status, "label-audit.wasm")["events_delivered"]
+            .as_u64()
+            .unwrap()
+    };
+    host.wait_for("/plugins", |_, body| delivered(body) >= 1);
+    std::fs::write(
+        cluster.path().join("web.yaml"),
+        deployment("  labels:\n    app.kubernetes.io/name: web\n"),
+    )
+    .unwrap();
+    host.wait_for("/plugins", |_, body| delivered(body) >= 2);
+
+    let metrics = host.wait_for("/metrics", |_, body| {
+        body.contains("workqueue_adds_total{name=\"reconciler\"}")
+    });
+    let lines = metrics.lines().map(|l| Ok(l.to_owned()));
+    let scrape =
+        prometheus_parse::Scrape::parse(lines).expect("/metrics parses as Prometheus text");
+    let has = |name: &str, label: (&str, &str)| {
+        scrape
+            .samples
+            .iter()
+            .any(|s| s.metric == name && s.labels.get(label.0) == Some(label.1))
+    };
+    assert!(has(
+        "kubeplug_informer_objects",
+        ("informer", "apps/v1/deployments")
+    ));
+    assert!(has("kubeplug_plugin_loaded", ("plugin", "label-audit")));
+    assert!(has(
+        "kubeplug_plugin_events_total",
+        ("plugin", "label-audit")
+    ));
+    assert!(has("workqueue_adds_total", ("name", "reconciler")));
+    assert!(has("workqueue_depth", ("name", "reconciler")));
+}
