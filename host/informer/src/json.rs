@@ -238,6 +238,17 @@ impl<'a> ObjectScanner<'a> {
     }
 }
 
+/// Appends `s` as a JSON string literal.
+pub fn push_json_string(out: &mut String, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::to_string(s).expect("a str always serializes"));
+    }
+}
+
 /// Iterates over the elements of one JSON array, giving each one's byte range.
 pub struct ArrayScanner<'a> {
     inner: ObjectScanner<'a>,

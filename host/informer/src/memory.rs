@@ -30,7 +30,7 @@ use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio::time::Sleep;
 
-use crate::json::{ObjectScanner, ScanError};
+use crate::json::{ObjectScanner, ScanError, push_json_string};
 use crate::object::ObjectKey;
 use crate::resource::Resource;
 use crate::selector::{FieldSelector, LabelSelector, Labels};
@@ -893,9 +893,9 @@ fn merge_by_key<'a, V>(
 impl Table {
     fn new(resource: Resource) -> Self {
         let mut prefix = String::from("{\"kind\":");
-        push_json_str(&mut prefix, &resource.kind);
+        push_json_string(&mut prefix, &resource.kind);
         prefix.push_str(",\"apiVersion\":");
-        push_json_str(&mut prefix, &resource.api_version());
+        push_json_string(&mut prefix, &resource.api_version());
         Self {
             resource,
             watch_prefix: prefix.into(),
@@ -987,13 +987,13 @@ fn render(object: &Stored, watch_prefix: &str, rv: Option<u64>) -> Bytes {
 fn garbage_event(garbage: Garbage, resource: &Resource, rv: u64) -> Bytes {
     let object = |kind: &str, name: Option<&str>| {
         let mut out = String::from("{\"kind\":");
-        push_json_str(&mut out, kind);
+        push_json_string(&mut out, kind);
         out.push_str(",\"apiVersion\":");
-        push_json_str(&mut out, &resource.api_version());
+        push_json_string(&mut out, &resource.api_version());
         out.push_str(",\"metadata\":{");
         if let Some(name) = name {
             out.push_str("\"name\":");
-            push_json_str(&mut out, name);
+            push_json_string(&mut out, name);
             out.push(',');
         }
         if resource.namespaced {
@@ -1221,7 +1221,7 @@ impl Incoming {
                         if let Some((slot, field)) = slot {
                             *slot = string_member(resource, field, raw)?;
                         }
-                        push_json_str(&mut text, &name);
+                        push_json_string(&mut text, &name);
                         text.push(':');
                         text.push_str(raw);
                         text.push(',');
@@ -1252,7 +1252,7 @@ impl Incoming {
                 }
                 _ => {
                     let raw = &json[top.skip_value().map_err(not_json)?];
-                    push_json_str(&mut text, &field);
+                    push_json_string(&mut text, &field);
                     text.push(':');
                     text.push_str(raw);
                     text.push(',');
@@ -1282,7 +1282,7 @@ impl Incoming {
             out.push(',');
         }
         out.push_str("\"uid\":");
-        push_json_str(&mut out, uid);
+        push_json_string(&mut out, uid);
         out.push_str(",\"resourceVersion\":\"");
         let start = out.len();
         write!(out, "{rv}").expect("writing to a String");
@@ -1359,17 +1359,6 @@ fn parse_labels(resource: &Resource, raw: &str) -> Result<LabelSet, Status> {
     labels.sort_by(|a, b| a.0.cmp(&b.0));
     labels.dedup_by(|later, earlier| later.0 == earlier.0);
     Ok(LabelSet(labels.into_boxed_slice()))
-}
-
-/// Appends `s` as a JSON string literal.
-fn push_json_str(out: &mut String, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        out.push('"');
-        out.push_str(s);
-        out.push('"');
-    } else {
-        out.push_str(&serde_json::to_string(s).expect("a str always serializes"));
-    }
 }
 
 fn bad_request(message: String) -> Status {

@@ -10,7 +10,7 @@ use std::borrow::{Borrow, Cow};
 use std::fmt;
 use std::sync::Arc;
 
-use crate::json::{ArrayScanner, ObjectScanner, ScanError};
+use crate::json::{ArrayScanner, ObjectScanner, ScanError, push_json_string};
 use crate::resource::Resource;
 
 /// Why a piece of JSON could not become an [`Object`].
@@ -343,20 +343,12 @@ impl ObjectDecoder {
             out.push_str(raw);
             out.push(',');
         }
-        let meta = meta.ok_or(DecodeError::MissingMetadata)?;
-        self.check_kind(&meta.key, api_version, kind, &mut out)?;
+        let mut object = meta.ok_or(DecodeError::MissingMetadata)?;
+        self.check_kind(&object.key, api_version, kind, &mut out)?;
         out.pop();
         out.push('}');
-        Ok(Object {
-            key: meta.key,
-            json: out.into_boxed_str(),
-            uid: meta.uid,
-            resource_version: meta.resource_version,
-            generation: meta.generation,
-            labels: meta.labels,
-            owner_references: meta.owner_references,
-            deletion_timestamp: meta.deletion_timestamp,
-        })
+        object.json = out.into_boxed_str();
+        Ok(object)
     }
 
     /// Checks `apiVersion`/`kind` against the resource; appends the missing ones to `out`.
@@ -384,12 +376,12 @@ impl ObjectDecoder {
         }
         if api_version.is_none() {
             write_key(out, "apiVersion");
-            write_str(out, &expected_api);
+            push_json_string(out, &expected_api);
             out.push(',');
         }
         if kind.is_none() {
             write_key(out, "kind");
-            write_str(out, expected_kind);
+            push_json_string(out, expected_kind);
             out.push(',');
         }
         Ok(())
@@ -401,7 +393,7 @@ impl ObjectDecoder {
         text: &'a str,
         members: &mut ObjectScanner<'a>,
         out: &mut String,
-    ) -> Result<DecodedMeta, DecodeError> {
+    ) -> Result<Object, DecodeError> {
         let mut fields = MetaFields::default();
         out.push('{');
         let mut wrote_any = false;
@@ -449,7 +441,7 @@ struct MetaFields<'a> {
 }
 
 impl MetaFields<'_> {
-    fn decode(self) -> Result<DecodedMeta, DecodeError> {
+    fn decode(self) -> Result<Object, DecodeError> {
         let name = match self.name {
             Some(raw) => json_str(raw).ok_or_else(|| not_a_string("name"))?,
             None => return Err(DecodeError::MissingName),
@@ -497,7 +489,8 @@ impl MetaFields<'_> {
                 .map_err(|reason| bad_field("ownerReferences", &reason))?,
             None => Box::default(),
         };
-        Ok(DecodedMeta {
+        Ok(Object {
+            json: Box::default(),
             uid: string(self.uid, "uid")?,
             deletion_timestamp: string(self.deletion_timestamp, "deletionTimestamp")?,
             key,
@@ -507,16 +500,6 @@ impl MetaFields<'_> {
             owner_references,
         })
     }
-}
-
-struct DecodedMeta {
-    key: ObjectKey,
-    uid: Option<Box<str>>,
-    resource_version: u64,
-    generation: Option<i64>,
-    labels: Labels,
-    owner_references: Box<[OwnerReference]>,
-    deletion_timestamp: Option<Box<str>>,
 }
 
 fn not_json(e: ScanError) -> DecodeError {
@@ -618,19 +601,8 @@ fn decode_labels(raw: &str) -> Result<Labels, &'static str> {
 }
 
 fn write_key(out: &mut String, key: &str) {
-    write_str(out, key);
+    push_json_string(out, key);
     out.push(':');
-}
-
-/// Appends `s` as a JSON string literal.
-fn write_str(out: &mut String, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        out.push('"');
-        out.push_str(s);
-        out.push('"');
-    } else {
-        out.push_str(&serde_json::to_string(s).expect("a str always serializes"));
-    }
 }
 
 #[cfg(test)]
