@@ -19,6 +19,21 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Run the host: informers, plugins from a directory, HTTP probes and metrics.
     Run(RunArgs),
+    /// Validate a plugin offline: compile it, call `describe()`, and print what it subscribes
+    /// to, its delivery mode, and the reads and writes it asks for.
+    Check(CheckArgs),
+}
+
+/// Flags of `kubeplug check`.
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// The compiled plugin (a WebAssembly component).
+    #[arg(value_name = "PLUGIN.wasm")]
+    pub(crate) plugin: PathBuf,
+
+    /// Configuration file whose `[plugins.NAME]` settings and grants to use, as `run` would.
+    #[arg(long, env = "KUBEPLUG_CONFIG", value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
 }
 
 /// Flags of `kubeplug run`.

@@ -1,6 +1,7 @@
 //! `kubeplug`: Kubernetes event handlers as sandboxed WebAssembly plugins, on client-go style
 //! shared informers. See `kubeplug --help`.
 
+mod check;
 mod cli;
 mod config;
 mod http;
@@ -35,6 +36,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         cli::Command::Run(args) => runtime.block_on(run::run(args)),
+        cli::Command::Check(args) => runtime.block_on(check::check(args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

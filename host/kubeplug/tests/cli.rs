@@ -92,6 +92,58 @@ fn bad_input_exits_non_zero_with_a_message_naming_the_problem() {
     fails_naming(&["run", "--plugins", plugins_dir], &["--local"]);
 }
 
+#[test]
+fn check_describes_a_valid_plugin_and_names_what_is_wrong_with_an_invalid_one() {
+    let output = kubeplug()
+        .arg("check")
+        .arg(built_plugin("label-audit"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.starts_with("label-audit 0.1.0"), "{stdout}");
+    assert!(stdout.contains("delivery: events"), "{stdout}");
+    assert!(
+        stdout.contains("  apps/v1/Deployment\n  v1/Pod\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("writes v1/Pod: record-event"), "{stdout}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let truncated = dir.path().join("truncated.wasm");
+    let bytes = std::fs::read(built_plugin("label-audit")).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    fails_naming(
+        &["check", truncated.to_str().unwrap()],
+        &["truncated.wasm", "compile"],
+    );
+    fails_naming(
+        &["check", "/nonexistent/plugin.wasm"],
+        &["/nonexistent/plugin.wasm"],
+    );
+    let config = dir.path().join("kubeplug.toml");
+    std::fs::write(
+        &config,
+        "[plugins.label-audit]\nsettings = { required_labels = [] }\n",
+    )
+    .unwrap();
+    let audit = dir.path().join("label-audit.wasm");
+    std::fs::write(&audit, &bytes).unwrap();
+    fails_naming(
+        &[
+            "check",
+            audit.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        &["label-audit.wasm", "required_labels is empty"],
+    );
+}
+
 /// A running host, killed on drop.
 struct Host {
     child: Child,

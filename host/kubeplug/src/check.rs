@@ -1,0 +1,125 @@
+//! `kubeplug check PLUGIN.wasm`: validates a plugin offline and says what it would do.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use kubeplug_informer::indexer::{Indexer, new_indexer};
+use kubeplug_runtime::description::IndexSource;
+use kubeplug_runtime::{
+    CacheView, Delivery, Description, Gvk, KeyMapping, NoCluster, PluginSpec, Runtime,
+    RuntimeConfig,
+};
+
+use crate::cli::CheckArgs;
+use crate::config::Config;
+use crate::plugins::plugin_settings;
+
+/// An empty cache for every type, so that a plugin's declared indexes can be registered
+/// without a cluster.
+struct EmptyCaches;
+
+impl CacheView for EmptyCaches {
+    fn indexer(&self, _resource: &Gvk) -> Option<Indexer> {
+        Some(new_indexer().1)
+    }
+}
+
+/// Loads the plugin as `run` would (compile, imports, init with its settings, describe,
+/// validation) and prints its description; any failure is the error, naming file and stage.
+pub(crate) async fn check(args: CheckArgs) -> anyhow::Result<()> {
+    let config = Config::load(args.config.as_deref())?;
+    let bytes = std::fs::read(&args.plugin)
+        .with_context(|| format!("cannot read the plugin {}", args.plugin.display()))?;
+    let (settings, grants, limits) =
+        plugin_settings(&config, &args.plugin).map_err(anyhow::Error::msg)?;
+    let runtime = Runtime::new(RuntimeConfig {
+        artifact_cache: None,
+        ..RuntimeConfig::default()
+    })
+    .context("cannot start the WebAssembly engine")?;
+    let plugin = runtime
+        .load(PluginSpec {
+            path: args.plugin.clone(),
+            bytes,
+            settings,
+            grants,
+            limits,
+            cache: Arc::new(EmptyCaches),
+            writer: Arc::new(NoCluster),
+        })
+        .await?;
+    // The description is this command's output.
+    #[allow(clippy::print_stdout)]
+    {
+        print!("{}", render(plugin.description(), &args.plugin));
+    }
+    Ok(())
+}
+
+fn render(description: &Description, path: &Path) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} {} ({})",
+        description.name,
+        description.version,
+        path.display()
+    );
+    let _ = match description.delivery {
+        Delivery::Events => writeln!(out, "delivery: events"),
+        Delivery::Reconcile { workers } => writeln!(out, "delivery: reconcile, {workers} workers"),
+    };
+    let _ = writeln!(out, "subscriptions:");
+    for subscription in &description.subscriptions {
+        let mut details = Vec::new();
+        if let Some(namespace) = &subscription.namespace {
+            details.push(format!("namespace {namespace}"));
+        }
+        if let Some(labels) = &subscription.label_selector {
+            details.push(format!("labels {labels}"));
+        }
+        if let Some(fields) = &subscription.field_selector {
+            details.push(format!("fields {fields}"));
+        }
+        if let Some(period) = subscription.resync_period {
+            details.push(format!("resync every {period:?}"));
+        }
+        if subscription.wants_object_json {
+            details.push("object JSON".into());
+        }
+        if subscription.wants_old_json {
+            details.push("old object JSON".into());
+        }
+        if description.delivery != Delivery::Events {
+            details.push(match &subscription.enqueue {
+                KeyMapping::OwnKey => "enqueues its own key".into(),
+                KeyMapping::Owner(owner) => format!("enqueues its {owner} owner"),
+                KeyMapping::Computed => "enqueues the keys map-event returns".into(),
+            });
+        }
+        let details = if details.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", details.join(", "))
+        };
+        let _ = writeln!(out, "  {}{details}", subscription.resource);
+    }
+    for index in &description.indexes {
+        let source = match &index.spec {
+            IndexSource::Label(key) => format!("label {key}"),
+            IndexSource::OwnerUid => "owner uid".into(),
+            IndexSource::Path(path) => format!("path {}", path.as_str()),
+        };
+        let _ = writeln!(out, "index {} on {}: {source}", index.name, index.resource);
+    }
+    for read in &description.reads {
+        let _ = writeln!(out, "reads {read}");
+    }
+    for (resource, verbs) in &description.writes {
+        let verbs: Vec<String> = verbs.iter().map(ToString::to_string).collect();
+        let _ = writeln!(out, "writes {resource}: {}", verbs.join(", "));
+    }
+    out
+}
