@@ -41,6 +41,22 @@ pub enum DriverError {
     },
 }
 
+/// Both drivers take one receiver per subscription, in the description's order.
+pub(crate) fn check_receivers(
+    plugin: &Plugin,
+    receivers: &[ListenerReceiver],
+) -> Result<(), DriverError> {
+    let subscriptions = plugin.description().subscriptions.len();
+    if receivers.len() != subscriptions {
+        return Err(DriverError::ReceiverCount {
+            plugin: plugin.name().to_owned(),
+            subscriptions,
+            receivers: receivers.len(),
+        });
+    }
+    Ok(())
+}
+
 /// Starts delivering to an events-mode plugin: `receivers[i]` is the listener of
 /// `plugin.description().subscriptions[i]`.
 ///
@@ -66,13 +82,7 @@ pub fn run_events(
             actual: description.delivery,
         });
     }
-    if receivers.len() != description.subscriptions.len() {
-        return Err(DriverError::ReceiverCount {
-            plugin: plugin.name().to_owned(),
-            subscriptions: description.subscriptions.len(),
-            receivers: receivers.len(),
-        });
-    }
+    check_receivers(&plugin, &receivers)?;
     Ok(tokio::spawn(deliver_events(plugin, receivers)))
 }
 

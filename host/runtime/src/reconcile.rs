@@ -55,13 +55,7 @@ pub fn run_reconcile(
             actual: description.delivery,
         });
     };
-    if receivers.len() != description.subscriptions.len() {
-        return Err(DriverError::ReceiverCount {
-            plugin: plugin.name().to_owned(),
-            subscriptions: description.subscriptions.len(),
-            receivers: receivers.len(),
-        });
-    }
+    crate::events::check_receivers(&plugin, &receivers)?;
     let breaker = Arc::new(Breaker::new(
         plugin.stats().clone(),
         plugin.limits().clone(),
