@@ -324,13 +324,12 @@ impl ListenerReceiver {
 
     /// Notifications waiting in the buffer.
     pub fn depth(&self) -> usize {
-        self.shared.depth.load(Ordering::Relaxed)
+        self.probe().depth()
     }
 
     /// The informer has synced and this handler has handled its initial list.
     pub fn has_synced(&self) -> bool {
-        self.shared.informer_synced.load(Ordering::Acquire)
-            && self.shared.initial_pending.load(Ordering::Acquire) == 0
+        self.probe().has_synced()
     }
 
     /// Changes the buffer policy, e.g. to coalesce while the handler is paused.
@@ -345,6 +344,41 @@ impl ListenerReceiver {
     /// Which listener this is.
     pub fn id(&self) -> ListenerId {
         self.id
+    }
+
+    /// A read-only view of this buffer for whoever does not own the receiver (status pages,
+    /// readiness).
+    pub fn probe(&self) -> ListenerProbe {
+        ListenerProbe {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// Reads a listener's depth and sync state without receiving from it.
+#[derive(Clone)]
+pub struct ListenerProbe {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for ListenerProbe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListenerProbe")
+            .field("depth", &self.depth())
+            .finish()
+    }
+}
+
+impl ListenerProbe {
+    /// Notifications waiting in the buffer.
+    pub fn depth(&self) -> usize {
+        self.shared.depth.load(Ordering::Relaxed)
+    }
+
+    /// The informer has synced and the handler has handled its initial list.
+    pub fn has_synced(&self) -> bool {
+        self.shared.informer_synced.load(Ordering::Acquire)
+            && self.shared.initial_pending.load(Ordering::Acquire) == 0
     }
 }
 

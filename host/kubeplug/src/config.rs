@@ -74,9 +74,9 @@ pub(crate) struct HostConfig {
     pub(crate) namespace: Option<String>,
 }
 
-/// `[defaults]`: the sandbox limits of a plugin.
+/// `[defaults]`: the sandbox limits of a plugin; keys left out keep their defaults.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub(crate) struct PluginDefaults {
     /// Linear memory cap per instance.
     pub(crate) memory_limit_mib: u32,
@@ -204,6 +204,14 @@ mod tests {
                 .unwrap_err()
                 .contains("apiVersion/Kind")
         );
+    }
+
+    #[test]
+    fn defaults_left_out_keep_their_values() {
+        let config: Config = toml::from_str("[defaults]\ncall_deadline_ms = 300\n").unwrap();
+        assert_eq!(config.defaults.call_deadline_ms, 300);
+        assert_eq!(config.defaults.memory_limit_mib, 64);
+        assert_eq!(config.defaults.batch_size, 64);
     }
 
     #[test]

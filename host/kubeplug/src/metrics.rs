@@ -123,7 +123,8 @@ impl Collector for InformerCollector {
 
 /// Per plugin (label `plugin`; the file for one that failed to load):
 /// `kubeplug_plugin_loaded` (1 when running), `kubeplug_plugin_quarantined`,
-/// `kubeplug_plugin_events_total` and `kubeplug_plugin_failures_total`.
+/// `kubeplug_plugin_events_total` and `kubeplug_plugin_failures_total` (over every version
+/// of the file); and `kubeplug_plugin_reloads_total{result}`.
 #[derive(Debug)]
 pub(crate) struct PluginCollector {
     host: Arc<PluginHost>,
@@ -171,6 +172,17 @@ impl Collector for PluginCollector {
                 kind: Kind::Counter(|r| r.failures),
             },
         ];
-        encode(&mut encoder, "plugin", &reports, &families)
+        encode(&mut encoder, "plugin", &reports, &families)?;
+        let counts = self.host.reload_counts();
+        let results = [
+            ("success".to_owned(), counts.success.load(Ordering::Relaxed)),
+            ("failure".to_owned(), counts.failure.load(Ordering::Relaxed)),
+        ];
+        let reloads = [Family {
+            name: "kubeplug_plugin_reloads",
+            help: "Loads of new or changed plugin files (the first load included), by result.",
+            kind: Kind::Counter(|n: &u64| *n),
+        }];
+        encode(&mut encoder, "result", &results, &reloads)
     }
 }

@@ -16,7 +16,7 @@ use crate::cli::RunArgs;
 use crate::config::Config;
 use crate::http::{HttpState, Readiness, serve};
 use crate::metrics::{InformerCollector, PluginCollector};
-use crate::plugins::{PluginHost, Resolver};
+use crate::plugins::{DirConfig, Hints, PluginDir, PluginHost, Resolver, watch};
 use crate::writer::LocalWriter;
 
 /// Default address of the HTTP server.
@@ -39,7 +39,11 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let cancel = CancellationToken::new();
     let readiness = Readiness::default();
-    readiness.set("local-cluster", false);
+    // Every check is registered before the server starts, so that an early probe cannot
+    // see a subset of them pass.
+    for check in ["local-cluster", "plugins", "informers"] {
+        readiness.set(check, false);
+    }
     let (cluster, report) = LocalCluster::open(local)
         .with_context(|| format!("cannot serve {} as the local cluster", local.display()))?;
     for error in &report.errors {
@@ -62,13 +66,15 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let resolving = cluster.clone();
     let resolve: Resolver =
         Arc::new(move |gvk: &Gvk| resolving.resolve(&gvk.api_version(), &gvk.kind));
+    let namespace = args.namespace.clone().or(config.host.namespace.clone());
     let host = Arc::new(PluginHost::new(
         runtime,
         factory.clone(),
         resolve,
         Arc::new(LocalWriter::new(cluster)),
         queue_metrics,
-        args.namespace.clone().or(config.host.namespace.clone()),
+        config,
+        namespace,
     ));
     registry.register_collector(Box::new(PluginCollector::new(host.clone())));
 
@@ -81,25 +87,44 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let bound = serve(http_address, state, cancel.clone()).await?;
     info!(address = %bound, "serving /healthz, /readyz, /metrics and /plugins");
 
-    readiness.set("plugins", false);
-    host.load_dir(&args.plugins, &config)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot list the plugins directory {}",
-                args.plugins.display()
-            )
-        })?;
+    let mut dir = PluginDir::new(&args.plugins, DirConfig::default()).with_context(|| {
+        format!(
+            "cannot open the plugins directory {}",
+            args.plugins.display()
+        )
+    })?;
+    // Plugins present at start load before the host says it is ready, once every file
+    // still being written has settled.
+    loop {
+        let scan = dir
+            .scan(Hints::default(), tokio::time::Instant::now())
+            .with_context(|| {
+                format!(
+                    "cannot list the plugins directory {}",
+                    args.plugins.display()
+                )
+            })?;
+        host.apply(scan.changes).await;
+        match scan.recheck_at {
+            Some(settled) => tokio::time::sleep_until(settled).await,
+            None => break,
+        }
+    }
+    let reloading = host.clone();
+    let watching_plugins = tokio::spawn(watch(dir, cancel.child_token(), move |changes| {
+        let host = reloading.clone();
+        async move { host.apply(changes).await }
+    }));
     readiness.set("plugins", true);
-    readiness.set("informers", false);
     factory.wait_for_cache_sync().await;
     readiness.set("informers", true);
     info!("ready");
 
     shutdown_signal().await;
     info!("shutting down");
-    host.stop().await;
     cancel.cancel();
+    let _ = watching_plugins.await;
+    host.stop().await;
     factory.shutdown().await;
     let _ = watching.await;
     Ok(())

@@ -349,4 +349,24 @@ fn a_running_host_serves_probes_metrics_and_plugin_status_and_follows_the_manife
     ));
     assert!(has("workqueue_adds_total", ("name", "reconciler")));
     assert!(has("workqueue_depth", ("name", "reconciler")));
+    assert!(has("kubeplug_plugin_reloads_total", ("result", "success")));
+
+    // The directory is live: a file dropped in loads (here it is refused, as a second
+    // label-audit), and removing a file unloads its plugin.
+    let aside = plugins.path().join(".copy.tmp");
+    std::fs::copy(built_plugin("label-audit"), &aside).unwrap();
+    std::fs::rename(&aside, plugins.path().join("audit-copy.wasm")).unwrap();
+    let status = host.wait_for("/plugins", |_, body| body.contains("audit-copy.wasm"));
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let copy = plugin_state(&status, "audit-copy.wasm");
+    assert_eq!(copy["state"], "failed", "{copy}");
+    assert!(
+        copy["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("plugin label-audit is already loaded from"),
+        "{copy}"
+    );
+    std::fs::remove_file(plugins.path().join("reconciler.wasm")).unwrap();
+    host.wait_for("/plugins", |_, body| !body.contains("reconciler.wasm"));
 }

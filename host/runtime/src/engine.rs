@@ -4,7 +4,7 @@
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -102,6 +102,59 @@ pub struct Runtime {
     pub(crate) config: RuntimeConfig,
     engine_hash: String,
     _ticker: Arc<Ticker>,
+    pub(crate) live: Arc<LiveCounts>,
+}
+
+/// How many plugins and instances of this runtime are alive: what a reload must give back.
+#[derive(Debug, Default)]
+pub(crate) struct LiveCounts {
+    plugins: AtomicUsize,
+    instances: AtomicUsize,
+}
+
+/// Plugins and instances alive at one instant; see [`Runtime::live`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Live {
+    /// Loaded [`Plugin`](crate::Plugin)s not yet dropped.
+    pub plugins: usize,
+    /// [`PluginInstance`](crate::PluginInstance)s (each with its own store) not yet dropped,
+    /// including the short-lived ones made at load.
+    pub instances: usize,
+}
+
+/// Counts one live plugin or instance until dropped.
+pub(crate) struct LiveToken {
+    counts: Arc<LiveCounts>,
+    instance: bool,
+}
+
+impl LiveToken {
+    pub(crate) fn plugin(counts: &Arc<LiveCounts>) -> Self {
+        counts.plugins.fetch_add(1, Ordering::Relaxed);
+        Self {
+            counts: counts.clone(),
+            instance: false,
+        }
+    }
+
+    pub(crate) fn instance(counts: &Arc<LiveCounts>) -> Self {
+        counts.instances.fetch_add(1, Ordering::Relaxed);
+        Self {
+            counts: counts.clone(),
+            instance: true,
+        }
+    }
+}
+
+impl Drop for LiveToken {
+    fn drop(&mut self) {
+        let counter = if self.instance {
+            &self.counts.instances
+        } else {
+            &self.counts.plugins
+        };
+        counter.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for Runtime {
@@ -179,7 +232,16 @@ impl Runtime {
             config,
             engine_hash,
             _ticker: Arc::new(Ticker { stop }),
+            live: Arc::default(),
         })
+    }
+
+    /// Plugins and instances alive now.
+    pub fn live(&self) -> Live {
+        Live {
+            plugins: self.live.plugins.load(Ordering::Relaxed),
+            instances: self.live.instances.load(Ordering::Relaxed),
+        }
     }
 
     /// The settings this runtime was built with.
@@ -190,6 +252,7 @@ impl Runtime {
     /// Compiles `bytes`, or loads the artefact cached for exactly these bytes and this
     /// engine. Blocking and CPU-heavy: call it off the async threads.
     pub fn compile(&self, bytes: &[u8]) -> Result<(Component, CompileSource), String> {
+        check_component_header(bytes)?;
         let Some(dir) = &self.config.artifact_cache else {
             return Component::new(&self.engine, bytes)
                 .map(|c| (c, CompileSource::Compiled))
@@ -225,6 +288,35 @@ impl Runtime {
     }
 }
 
+/// Tells apart the common wrong files before wasmtime's parser does, with advice.
+fn check_component_header(bytes: &[u8]) -> Result<(), String> {
+    const MAGIC: &[u8] = b"\0asm";
+    const COMPONENT: [u8; 4] = [0x0d, 0x00, 0x01, 0x00];
+    const CORE_MODULE: [u8; 4] = [0x01, 0x00, 0x00, 0x00];
+    if bytes.is_empty() {
+        return Err("the file is empty".to_owned());
+    }
+    if !bytes.starts_with(MAGIC) {
+        return Err("not a WebAssembly binary (it does not start with \\0asm)".to_owned());
+    }
+    match bytes.get(4..8) {
+        None => Err(format!(
+            "truncated: {} bytes, shorter than a WebAssembly header",
+            bytes.len()
+        )),
+        Some(version) if version == COMPONENT => Ok(()),
+        Some(version) if version == CORE_MODULE => Err(
+            "a core WebAssembly module, not a component: build it for wasm32-wasip2, or wrap it \
+             with `wasm-tools component new` and the WASI preview-1 adapter"
+                .to_owned(),
+        ),
+        Some(version) => Err(format!(
+            "unknown WebAssembly version/layer {version:02x?}; kubeplug loads components \
+             (version 0x0d, layer 1)"
+        )),
+    }
+}
+
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     #[cfg(unix)]
@@ -239,4 +331,20 @@ fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = file.with_extension(format!("tmp{}", std::process::id()));
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrong_files_are_named_before_parsing() {
+        let reason = |bytes: &[u8]| check_component_header(bytes).unwrap_err();
+        assert_eq!(reason(b""), "the file is empty");
+        assert!(reason(b"hello, world").contains("not a WebAssembly binary"));
+        assert!(reason(b"\0asm\x0d").starts_with("truncated: 5 bytes"));
+        assert!(reason(b"\0asm\x01\0\0\0").contains("core WebAssembly module, not a component"));
+        assert!(reason(b"\0asm\x0e\0\x01\0").contains("unknown WebAssembly version/layer"));
+        assert_eq!(check_component_header(b"\0asm\x0d\0\x01\0"), Ok(()));
+    }
 }

@@ -10,55 +10,21 @@ use tokio::task::JoinHandle;
 use crate::bindings::wit;
 use crate::convert;
 use crate::description::Delivery;
-use crate::fault::Breaker;
-use crate::plugin::{Plugin, PluginInstance};
+use crate::driver::{DriverControl, DriverError, Follower, Version, check_receivers};
+use crate::plugin::Plugin;
 use crate::status::{PluginStats, RunState, bounded};
 
-/// Why a driver could not start.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DriverError {
-    /// The plugin described another delivery mode.
-    #[error("plugin {plugin} uses {actual:?} delivery, not {expected}")]
-    WrongMode {
-        /// The plugin.
-        plugin: String,
-        /// What the driver is for.
-        expected: &'static str,
-        /// What the plugin asked for.
-        actual: Delivery,
-    },
-    /// One receiver per subscription is needed, in the order of the description.
-    #[error(
-        "plugin {plugin} has {subscriptions} subscriptions but {receivers} receivers were given"
-    )]
-    ReceiverCount {
-        /// The plugin.
-        plugin: String,
-        /// Its subscriptions.
-        subscriptions: usize,
-        /// Receivers given.
-        receivers: usize,
-    },
+/// Starts delivering to an events-mode plugin that is never swapped: `receivers[i]` is the
+/// listener of `plugin.description().subscriptions[i]`. See [`drive_events`].
+pub fn run_events(
+    plugin: Arc<Plugin>,
+    receivers: Vec<ListenerReceiver>,
+) -> Result<JoinHandle<()>, DriverError> {
+    drive_events(&DriverControl::new(plugin), receivers)
 }
 
-/// Both drivers take one receiver per subscription, in the description's order.
-pub(crate) fn check_receivers(
-    plugin: &Plugin,
-    receivers: &[ListenerReceiver],
-) -> Result<(), DriverError> {
-    let subscriptions = plugin.description().subscriptions.len();
-    if receivers.len() != subscriptions {
-        return Err(DriverError::ReceiverCount {
-            plugin: plugin.name().to_owned(),
-            subscriptions,
-            receivers: receivers.len(),
-        });
-    }
-    Ok(())
-}
-
-/// Starts delivering to an events-mode plugin: `receivers[i]` is the listener of
-/// `plugin.description().subscriptions[i]`.
+/// Starts delivering to the events-mode plugin `control` names: `receivers[i]` is the
+/// listener of its `subscriptions[i]`.
 ///
 /// Contract:
 /// - notifications of one receiver reach the plugin in order, in batches of at most
@@ -67,13 +33,16 @@ pub(crate) fn check_receivers(
 ///   doubling back-off on a fresh instance, then the batch is skipped and counted;
 /// - after `limits.max_consecutive_failures` failed calls the plugin is quarantined: its
 ///   buffers switch to [`BufferPolicy::CoalesceByKey`], nothing is delivered during the
-///   back-off, then delivery is retried; the first success restores
+///   back-off, then delivery is retried; the first success, or a new version, restores
 ///   [`BufferPolicy::Unbounded`];
-/// - the task ends when every receiver is closed; it never blocks an informer.
-pub fn run_events(
-    plugin: Arc<Plugin>,
+/// - a version swapped in through `control` gets the next batch (see [`DriverControl`]);
+/// - the task ends when every receiver is closed or `control` stops it; it never blocks an
+///   informer.
+pub fn drive_events(
+    control: &DriverControl,
     receivers: Vec<ListenerReceiver>,
 ) -> Result<JoinHandle<()>, DriverError> {
+    let plugin = control.current().ok_or(DriverError::Stopped)?;
     let description = plugin.description();
     if description.delivery != Delivery::Events {
         return Err(DriverError::WrongMode {
@@ -83,11 +52,12 @@ pub fn run_events(
         });
     }
     check_receivers(&plugin, &receivers)?;
-    Ok(tokio::spawn(deliver_events(plugin, receivers)))
+    Ok(tokio::spawn(deliver_events(control.follow(), receivers)))
 }
 
 /// The next batch from whichever receiver has one; `None` once all are closed. The receiver
 /// polled first rotates with `turn`, so a busy subscription cannot starve the others.
+/// Cancel-safe: a batch is taken from a receiver only by the future that returns it.
 async fn next_batch(
     receivers: &mut [ListenerReceiver],
     open: &mut [bool],
@@ -116,88 +86,115 @@ async fn next_batch(
     }
 }
 
-/// One attempt: a call on the warm instance (made first if needed).
-async fn attempt(
-    plugin: &Plugin,
-    instance: &mut Option<PluginInstance>,
-    events: &[wit::Event],
-) -> Result<(), String> {
-    if instance.is_none() {
-        *instance = Some(plugin.instantiate().await.map_err(|e| e.to_string())?);
-    }
-    let live = instance.as_mut().expect("instance was just made");
-    match live.handle_events(events).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(message)) => Err(format!(
-            "plugin {}: handle-events returned an error: {}",
-            plugin.name(),
-            bounded(&message)
-        )),
-        Err(fault) => {
-            // A trapped instance may be in any state: never call it again.
-            *instance = None;
-            Err(bounded(&fault.to_string()))
+/// One attempt: a call on a warm instance (made first if needed).
+async fn attempt(version: &Version, events: &[wit::Event]) -> Result<(), String> {
+    let plugin = &version.plugin;
+    let mut instance = version.take_instance().await.map_err(|e| e.to_string())?;
+    match instance.handle_events(events).await {
+        Ok(Ok(())) => {
+            version.put_instance(instance);
+            Ok(())
         }
+        Ok(Err(message)) => {
+            version.put_instance(instance);
+            Err(format!(
+                "plugin {}: handle-events returned an error: {}",
+                plugin.name(),
+                bounded(&message)
+            ))
+        }
+        // The instance is dropped: a trapped one is never called again.
+        Err(fault) => Err(bounded(&fault.to_string())),
     }
 }
 
-async fn deliver_events(plugin: Arc<Plugin>, mut receivers: Vec<ListenerReceiver>) {
-    let limits = plugin.limits().clone();
-    let stats = plugin.stats().clone();
-    let breaker = Breaker::new(stats.clone(), limits.clone());
-    let subscriptions = plugin.description().subscriptions.clone();
+async fn deliver_events(mut follower: Follower, mut receivers: Vec<ListenerReceiver>) {
     let mut open = vec![true; receivers.len()];
-    let mut instance = None;
+    let mut version: Option<Version> = None;
     let mut turn = 0usize;
-    while let Some((index, batch)) =
-        next_batch(&mut receivers, &mut open, limits.batch_size, turn).await
-    {
+    loop {
+        let Some(plugin) = follower.current() else {
+            break;
+        };
+        let stale = !version
+            .as_ref()
+            .is_some_and(|v| Arc::ptr_eq(&v.plugin, &plugin));
+        if stale && let Some(old) = version.replace(Version::new(plugin)) {
+            old.plugin.stats().set_state(RunState::Stopped);
+            // A quarantine belonged to the old version.
+            set_policy(&receivers, BufferPolicy::Unbounded);
+        }
+        let current = version.as_ref().expect("a version was just set");
+        tokio::select! {
+            biased;
+            () = follower.changed() => continue,
+            () = current.breaker.wait() => {}
+        }
+        let batch_size = current.plugin.limits().batch_size;
+        let next = tokio::select! {
+            biased;
+            () = follower.changed() => continue,
+            next = next_batch(&mut receivers, &mut open, batch_size, turn) => next,
+        };
+        let Some((index, batch)) = next else {
+            break;
+        };
         turn = turn.wrapping_add(1);
-        let events: Vec<wit::Event> = batch
-            .iter()
-            .map(|n| convert::event(index as u32, &subscriptions[index], n))
-            .collect();
-        let mut delay = limits.retry_backoff;
-        let mut delivered = false;
-        for round in 1..=limits.attempts.max(1) {
-            match attempt(&plugin, &mut instance, &events).await {
-                Ok(()) => {
-                    PluginStats::add(&stats.events_delivered, events.len() as u64);
-                    if breaker.success() {
-                        tracing::info!(
-                            plugin = plugin.name(),
-                            "plugin recovered; leaving quarantine"
-                        );
-                        set_policy(&receivers, BufferPolicy::Unbounded);
-                    }
-                    delivered = true;
+        deliver(current, &receivers, index, batch).await;
+    }
+    if let Some(last) = version {
+        last.plugin.stats().set_state(RunState::Stopped);
+    }
+}
+
+/// Delivers one batch with retries; skips it (counted) when the plugin keeps failing.
+async fn deliver(
+    version: &Version,
+    receivers: &[ListenerReceiver],
+    index: usize,
+    batch: NotificationBatch,
+) {
+    let plugin = &version.plugin;
+    let limits = plugin.limits();
+    let stats = plugin.stats();
+    let subscription = &plugin.description().subscriptions[index];
+    let events: Vec<wit::Event> = batch
+        .iter()
+        .map(|n| convert::event(index as u32, subscription, n))
+        .collect();
+    let mut delay = limits.retry_backoff;
+    for round in 1..=limits.attempts.max(1) {
+        match attempt(version, &events).await {
+            Ok(()) => {
+                PluginStats::add(&stats.events_delivered, events.len() as u64);
+                if version.breaker.success() {
+                    tracing::info!(
+                        plugin = plugin.name(),
+                        "plugin recovered; leaving quarantine"
+                    );
+                    set_policy(receivers, BufferPolicy::Unbounded);
+                }
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(plugin = plugin.name(), round, events = events.len(), %error, "batch failed");
+                if let Some(pause) = version.breaker.failure(&error) {
+                    quarantine(plugin, receivers, pause, &error);
                     break;
                 }
-                Err(error) => {
-                    tracing::warn!(plugin = plugin.name(), round, events = events.len(), %error, "batch failed");
-                    if let Some(pause) = breaker.failure(&error) {
-                        quarantine(&plugin, &receivers, pause, &error);
-                        break;
-                    }
-                    if round < limits.attempts {
-                        tokio::time::sleep(delay).await;
-                        delay = delay.saturating_mul(2);
-                    }
+                if round < limits.attempts {
+                    tokio::time::sleep(delay).await;
+                    delay = delay.saturating_mul(2);
                 }
             }
         }
-        if !delivered {
-            PluginStats::add(&stats.batches_skipped, 1);
-            tracing::error!(
-                plugin = plugin.name(), events = events.len(),
-                first = %batch.first().map(|n| n.key().as_str()).unwrap_or(""),
-                "skipping a batch the plugin keeps failing"
-            );
-        }
-        drop(batch);
-        breaker.wait().await;
     }
-    stats.set_state(RunState::Stopped);
+    PluginStats::add(&stats.batches_skipped, 1);
+    tracing::error!(
+        plugin = plugin.name(), events = events.len(),
+        first = %batch.first().map(|n| n.key().as_str()).unwrap_or(""),
+        "skipping a batch the plugin keeps failing"
+    );
 }
 
 fn set_policy(receivers: &[ListenerReceiver], policy: BufferPolicy) {

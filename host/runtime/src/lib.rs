@@ -3,7 +3,8 @@
 //! shared cache through host functions.
 //!
 //! Entry points: [`Runtime`] (the shared engine), [`Runtime::load`] → [`Plugin`], then
-//! [`events::run_events`] or [`reconcile::run_reconcile`] to drive it. The cache and the
+//! [`events::drive_events`] or [`reconcile::drive_reconcile`] to drive it under a
+//! [`DriverControl`], which swaps versions (hot reload) and stops it. The cache and the
 //! cluster are reached through [`CacheView`] and [`ClusterWriter`], which the binary
 //! implements; this crate never imports kube.
 //!
@@ -17,6 +18,7 @@
 mod bindings;
 mod convert;
 pub mod description;
+pub mod driver;
 pub mod engine;
 pub mod events;
 mod fault;
@@ -31,7 +33,8 @@ pub mod status;
 pub mod view;
 
 pub use description::{Delivery, Description, KeyMapping, SubscriptionSpec, WriteVerb};
-pub use engine::{Allocator, CompileSource, EngineError, Runtime, RuntimeConfig};
+pub use driver::{DriverControl, DriverError};
+pub use engine::{Allocator, CompileSource, EngineError, Live, Runtime, RuntimeConfig};
 pub use grants::Grants;
 pub use gvk::Gvk;
 pub use plugin::{CallError, LoadError, Plugin, PluginInstance, PluginLimits, PluginSpec};

@@ -12,7 +12,7 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 
 use crate::bindings::{self, guest, wit};
 use crate::description::{Description, DescriptionError};
-use crate::engine::{CompileSource, Runtime};
+use crate::engine::{CompileSource, LiveToken, Runtime};
 use crate::grants::{Grants, Policy};
 use crate::gvk::Gvk;
 use crate::index::informer_spec;
@@ -134,6 +134,20 @@ pub enum LoadError {
     },
 }
 
+impl LoadError {
+    /// The file that failed to load.
+    pub fn path(&self) -> &std::path::Path {
+        match self {
+            LoadError::CompileFailed { path, .. }
+            | LoadError::ForbiddenImport { path, .. }
+            | LoadError::LinkFailed { path, .. }
+            | LoadError::StartFailed { path, .. }
+            | LoadError::InvalidDescription { path, .. }
+            | LoadError::IndexUnavailable { path, .. } => path,
+        }
+    }
+}
+
 /// Why one call into a plugin failed. The instance that failed must be discarded.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CallError {
@@ -175,6 +189,7 @@ pub struct Plugin {
     compile_source: CompileSource,
     compile_time: Duration,
     _indexes: Vec<IndexHandle>,
+    _live: LiveToken,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -318,6 +333,7 @@ impl Runtime {
             compile_source,
             compile_time,
             _indexes: handles,
+            _live: LiveToken::plugin(&self.live),
         })
     }
 
@@ -406,6 +422,7 @@ pub struct PluginInstance {
     bindings: bindings::Plugin,
     plugin: Arc<str>,
     deadline: Duration,
+    _live: LiveToken,
 }
 
 impl PluginInstance {
@@ -438,6 +455,7 @@ impl PluginInstance {
             bindings,
             plugin,
             deadline: limits.call_deadline,
+            _live: LiveToken::instance(&runtime.live),
         })
     }
 

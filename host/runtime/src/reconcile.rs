@@ -1,7 +1,7 @@
 //! Reconcile mode: events become keys in a rate-limited work queue; N workers, each with its
 //! own instance, call `reconcile`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kubeplug_informer::listener::{ListenerReceiver, Notification};
@@ -10,8 +10,10 @@ use tokio::task::JoinHandle;
 
 use crate::bindings::guest::ReconcileResult;
 use crate::convert;
-use crate::description::{Delivery, KeyMapping, SubscriptionSpec};
-use crate::events::DriverError;
+use crate::description::{Delivery, KeyMapping};
+use crate::driver::{
+    DriverControl, DriverError, Follower, SharedVersion, Version, check_receivers,
+};
 use crate::fault::Breaker;
 use crate::gvk::Gvk;
 use crate::plugin::{Plugin, PluginInstance};
@@ -29,8 +31,17 @@ pub struct Reconciler {
     pub feeders: Vec<JoinHandle<()>>,
 }
 
-/// Starts a reconcile-mode plugin: `receivers[i]` feeds `subscriptions[i]` into `queue`
-/// (build it with the rate limiter and metrics the host wants), and
+/// Starts a reconcile-mode plugin that is never swapped. See [`drive_reconcile`].
+pub fn run_reconcile(
+    plugin: Arc<Plugin>,
+    receivers: Vec<ListenerReceiver>,
+    queue: Queue<ObjectRef>,
+) -> Result<Reconciler, DriverError> {
+    drive_reconcile(&DriverControl::new(plugin), receivers, queue)
+}
+
+/// Starts the reconcile-mode plugin `control` names: `receivers[i]` feeds `subscriptions[i]`
+/// into `queue` (build it with the rate limiter and metrics the host wants), and
 /// `Delivery::Reconcile { workers }` workers reconcile keys from it.
 ///
 /// Contract:
@@ -41,12 +52,16 @@ pub struct Reconciler {
 /// - `done` forgets the key's back-off, `requeue-after` re-adds it after the delay, `error`
 ///   and faults re-add it rate-limited;
 /// - after `max_consecutive_failures` failures in a row the plugin is quarantined: workers
-///   wait out an exponential back-off before the next call (keys keep coalescing).
-pub fn run_reconcile(
-    plugin: Arc<Plugin>,
+///   wait out an exponential back-off before the next call (keys keep coalescing);
+/// - a version swapped in through `control` maps the next batch and reconciles the next key
+///   a worker takes; once `control` stops, feeders end and workers drop the keys they take
+///   without calling the plugin (shut the queue down to end them).
+pub fn drive_reconcile(
+    control: &DriverControl,
     receivers: Vec<ListenerReceiver>,
     queue: Queue<ObjectRef>,
 ) -> Result<Reconciler, DriverError> {
+    let plugin = control.current().ok_or(DriverError::Stopped)?;
     let description = plugin.description();
     let Delivery::Reconcile { workers } = description.delivery else {
         return Err(DriverError::WrongMode {
@@ -55,20 +70,26 @@ pub fn run_reconcile(
             actual: description.delivery,
         });
     };
-    crate::events::check_receivers(&plugin, &receivers)?;
-    let breaker = Arc::new(Breaker::new(
-        plugin.stats().clone(),
-        plugin.limits().clone(),
-    ));
+    check_receivers(&plugin, &receivers)?;
     let feeders = receivers
         .into_iter()
         .enumerate()
-        .map(|(index, receiver)| tokio::spawn(feed(plugin.clone(), index, receiver, queue.clone())))
+        .map(|(index, receiver)| {
+            tokio::spawn(feed(control.follow(), index, receiver, queue.clone()))
+        })
         .collect();
-    let pool: Arc<Mutex<Vec<PluginInstance>>> = Arc::default();
+    let follower = control.follow();
+    let shared: Arc<SharedVersion> = Arc::default();
     let workers = run_workers(&queue, workers, move |target: ObjectRef| {
-        let (plugin, pool, breaker) = (plugin.clone(), pool.clone(), breaker.clone());
-        async move { reconcile_one(&plugin, &pool, &breaker, target).await }
+        let current = follower.peek();
+        let shared = shared.clone();
+        async move {
+            match current {
+                Some(plugin) => reconcile_one(&shared.of(plugin), target).await,
+                // Stopped: the host is discarding this queue.
+                None => Outcome::Done,
+            }
+        }
     });
     Ok(Reconciler {
         queue,
@@ -92,15 +113,26 @@ fn owner_key(n: &Notification, owner: &Gvk) -> Option<ObjectRef> {
 
 /// Turns one subscription's notifications into keys.
 async fn feed(
-    plugin: Arc<Plugin>,
+    mut follower: Follower,
     index: usize,
     mut receiver: ListenerReceiver,
     queue: Queue<ObjectRef>,
 ) {
-    let spec: SubscriptionSpec = plugin.description().subscriptions[index].clone();
-    let batch_size = plugin.limits().batch_size;
-    let mut mapper: Option<PluginInstance> = None;
-    while let Some(batch) = receiver.recv_batch(batch_size).await {
+    // The instance `map-event` runs on, with the version it belongs to.
+    let mut mapper: Option<(Arc<Plugin>, PluginInstance)> = None;
+    loop {
+        let Some(plugin) = follower.current() else {
+            return;
+        };
+        let next = tokio::select! {
+            biased;
+            () = follower.changed() => continue,
+            next = receiver.recv_batch(plugin.limits().batch_size) => next,
+        };
+        let Some(batch) = next else {
+            return;
+        };
+        let spec = &plugin.description().subscriptions[index];
         for n in batch.iter() {
             match &spec.enqueue {
                 KeyMapping::OwnKey => queue.add(ObjectRef {
@@ -114,17 +146,21 @@ async fn feed(
                     }
                 }
                 KeyMapping::Computed => {
-                    let event = convert::event(index as u32, &spec, n);
-                    if mapper.is_none() {
+                    let event = convert::event(index as u32, spec, n);
+                    if !mapper
+                        .as_ref()
+                        .is_some_and(|(p, _)| Arc::ptr_eq(p, &plugin))
+                    {
+                        mapper = None;
                         match plugin.instantiate().await {
-                            Ok(i) => mapper = Some(i),
+                            Ok(i) => mapper = Some((plugin.clone(), i)),
                             Err(e) => {
                                 tracing::warn!(plugin = plugin.name(), error = %e, "map-event: no instance");
                                 continue;
                             }
                         }
                     }
-                    let live = mapper.as_mut().expect("mapper was just made");
+                    let (_, live) = mapper.as_mut().expect("mapper was just made");
                     match live.map_event(&event).await {
                         Ok(keys) => keys.into_iter().for_each(|k| queue.add(k)),
                         Err(e) => {
@@ -140,27 +176,17 @@ async fn feed(
 }
 
 /// One `reconcile` call on a pooled instance, as a worker outcome.
-async fn reconcile_one(
-    plugin: &Plugin,
-    pool: &Mutex<Vec<PluginInstance>>,
-    breaker: &Breaker,
-    target: ObjectRef,
-) -> Outcome<String> {
+async fn reconcile_one(version: &Version, target: ObjectRef) -> Outcome<String> {
+    let (plugin, breaker) = (&version.plugin, &version.breaker);
     breaker.wait().await;
-    let taken = pool.lock().expect("instance pool lock poisoned").pop();
-    let mut instance = match taken {
-        Some(i) => i,
-        None => match plugin.instantiate().await {
-            Ok(i) => i,
-            Err(e) => return fail(plugin, breaker, e.to_string()),
-        },
+    let mut instance = match version.take_instance().await {
+        Ok(i) => i,
+        Err(e) => return fail(plugin, breaker, e.to_string()),
     };
     PluginStats::add(&plugin.stats().reconciles, 1);
     match instance.reconcile(&target).await {
         Ok(result) => {
-            pool.lock()
-                .expect("instance pool lock poisoned")
-                .push(instance);
+            version.put_instance(instance);
             match result {
                 ReconcileResult::Done => {
                     breaker.success();

@@ -1,0 +1,680 @@
+//! The plugins directory as a stream of complete files: which `*.wasm` files appeared,
+//! changed content, or went away. The host loads what this module hands it, and nothing
+//! else.
+//!
+//! A file counts as complete once its size, mtime and inode stayed the same for the settle
+//! window, or at once when it arrived by rename (the atomic way to publish a file, and what
+//! the kubelet does with a ConfigMap volume's `..data` symlink).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use sha2::{Digest as _, Sha256};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+/// How the directory is watched.
+#[derive(Debug, Clone)]
+pub(crate) struct DirConfig {
+    /// A file written in place is loaded once unchanged for this long.
+    pub(crate) settle: Duration,
+    /// Rescan this often even without file-system events: notify misses events on some
+    /// volumes (NFS, some FUSE mounts).
+    pub(crate) rescan_every: Duration,
+    /// Larger files are rejected unread.
+    pub(crate) max_file_size: u64,
+}
+
+impl Default for DirConfig {
+    fn default() -> Self {
+        Self {
+            settle: Duration::from_millis(200),
+            rescan_every: Duration::from_secs(10),
+            max_file_size: 128 << 20,
+        }
+    }
+}
+
+/// SHA-256 of a plugin file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ContentHash(pub(crate) [u8; 32]);
+
+impl ContentHash {
+    pub(crate) fn of(bytes: &[u8]) -> Self {
+        Self(Sha256::digest(bytes).into())
+    }
+}
+
+impl std::fmt::Display for ContentHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl std::fmt::Debug for ContentHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "sha256:{self}")
+    }
+}
+
+/// A complete plugin file's content.
+#[derive(Debug)]
+pub(crate) struct FileContent {
+    pub(crate) path: PathBuf,
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) hash: ContentHash,
+}
+
+/// What happened to one plugin file.
+#[derive(Debug)]
+pub(crate) enum Change {
+    /// New, or its content changed: load it.
+    Present(FileContent),
+    /// It cannot be loaded as it is (a symlink leaving the directory, not a regular file,
+    /// too large, unreadable). A version already serving keeps serving.
+    Rejected { path: PathBuf, error: String },
+    /// It is gone: unload it.
+    Removed(PathBuf),
+}
+
+/// What identifies one version of a file on disk without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stat {
+    len: u64,
+    mtime: Option<SystemTime>,
+    dev: u64,
+    ino: u64,
+}
+
+impl Stat {
+    fn of(metadata: &std::fs::Metadata) -> Self {
+        Self {
+            len: metadata.len(),
+            mtime: metadata.modified().ok(),
+            dev: metadata.dev(),
+            ino: metadata.ino(),
+        }
+    }
+}
+
+/// What the scanner knows of one file.
+#[derive(Debug, Default)]
+struct Tracked {
+    /// Its stat at the last scan; `None` while it cannot be used.
+    stat: Option<Stat>,
+    /// When `stat` was first seen.
+    since: Option<Instant>,
+    /// It arrived by rename with this stat: complete without waiting.
+    renamed: bool,
+    /// The stat its content was last read at: unchanged stat, unchanged content.
+    read_at: Option<Stat>,
+    /// What was last handed out for it, so that unchanged content and repeated rejections
+    /// are not handed out again.
+    handed_out: Option<Outcome>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    Content(ContentHash),
+    Rejected(String),
+}
+
+/// File-system hints gathered between scans; the notify callback is their only writer
+/// besides the scan that drains them. Bounded: one entry per path named in events.
+#[derive(Debug, Default)]
+pub(crate) struct Hints {
+    /// Paths that arrived by rename.
+    renamed: BTreeSet<PathBuf>,
+    /// A hidden entry (the ConfigMap volume's `..data`) was renamed: every file behind it
+    /// changed at once and is complete.
+    swapped: bool,
+}
+
+impl Hints {
+    fn record(&mut self, dir: &Path, event: &notify::Event) {
+        use notify::EventKind;
+        use notify::event::{ModifyKind, RenameMode};
+        let renamed_in = matches!(
+            event.kind,
+            EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Both))
+        );
+        if !renamed_in {
+            return;
+        }
+        // With `Both`, the paths are [from, to].
+        let Some(to) = event.paths.last() else { return };
+        if to.parent() != Some(dir) {
+            return;
+        }
+        if to
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        {
+            self.swapped = true;
+        } else {
+            self.renamed.insert(to.clone());
+        }
+    }
+}
+
+/// The plugins directory's scanner. See the module docs for when a file is complete.
+///
+/// Contract: each [`scan`](Self::scan) returns a change for every file whose complete
+/// content differs from what was last handed out for it (new or changed → `Present`), every
+/// file that cannot be used (`Rejected`, once per distinct reason) and every file handed out
+/// before that is gone (`Removed`). Hidden files, editor leftovers and names not ending in
+/// `.wasm` are ignored.
+#[derive(Debug)]
+pub(crate) struct PluginDir {
+    dir: PathBuf,
+    /// `dir` with symlinks resolved: symlinked plugins must resolve inside it.
+    canonical: PathBuf,
+    config: DirConfig,
+    tracked: BTreeMap<PathBuf, Tracked>,
+}
+
+/// One scan's result.
+#[derive(Debug)]
+pub(crate) struct Scan {
+    pub(crate) changes: Vec<Change>,
+    /// When a file that is still settling should be looked at again.
+    pub(crate) recheck_at: Option<Instant>,
+}
+
+/// A plugin file's name, or `None` for names the directory ignores.
+fn is_plugin_name(name: &str) -> bool {
+    name.ends_with(".wasm")
+        && name.len() > ".wasm".len()
+        && !name.starts_with('.')
+        && !name.starts_with('#')
+}
+
+impl PluginDir {
+    pub(crate) fn new(dir: &Path, config: DirConfig) -> std::io::Result<Self> {
+        let canonical = dir.canonicalize()?;
+        Ok(Self {
+            dir: dir.to_owned(),
+            canonical,
+            config,
+            tracked: BTreeMap::new(),
+        })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Looks at every file now; `hints` are consumed.
+    pub(crate) fn scan(&mut self, hints: Hints, now: Instant) -> std::io::Result<Scan> {
+        let mut changes = Vec::new();
+        let mut recheck_at: Option<Instant> = None;
+        let mut seen = BTreeSet::new();
+        let mut names: Vec<PathBuf> = std::fs::read_dir(&self.dir)?
+            .filter_map(Result::ok)
+            .filter(|entry| is_plugin_name(&entry.file_name().to_string_lossy()))
+            .map(|entry| entry.path())
+            .collect();
+        names.sort();
+        for path in names {
+            seen.insert(path.clone());
+            let stat = match self.resolve(&path) {
+                Ok(stat) => stat,
+                Err(error) => {
+                    let tracked = self.tracked.entry(path.clone()).or_default();
+                    (tracked.stat, tracked.read_at) = (None, None);
+                    reject(tracked, &path, error, &mut changes);
+                    continue;
+                }
+            };
+            let renamed = hints.swapped || hints.renamed.contains(&path);
+            let tracked = self.tracked.entry(path.clone()).or_default();
+            if tracked.stat != Some(stat) {
+                (tracked.stat, tracked.since, tracked.renamed) = (Some(stat), Some(now), renamed);
+            } else {
+                tracked.renamed |= renamed;
+            }
+            if tracked.read_at == Some(stat) {
+                continue;
+            }
+            let settled_at = tracked.since.unwrap_or(now) + self.config.settle;
+            // Also complete: not written for the settle window before it was first seen
+            // (files present at start, or found by the periodic rescan).
+            let written_long_ago = stat
+                .mtime
+                .and_then(|m| SystemTime::now().duration_since(m).ok())
+                .is_some_and(|age| age >= self.config.settle);
+            if !tracked.renamed && !written_long_ago && settled_at > now {
+                recheck_at = Some(recheck_at.map_or(settled_at, |t| t.min(settled_at)));
+                continue;
+            }
+            match read_stable(&path, stat) {
+                Ok(Some(bytes)) => {
+                    tracked.read_at = Some(stat);
+                    let hash = ContentHash::of(&bytes);
+                    let outcome = Some(Outcome::Content(hash));
+                    if tracked.handed_out != outcome {
+                        tracked.handed_out = outcome;
+                        changes.push(Change::Present(FileContent { path, bytes, hash }));
+                    }
+                }
+                Ok(None) => {
+                    // Changed while being read: look again once it settles.
+                    (tracked.since, tracked.renamed) = (Some(now), false);
+                    let at = now + self.config.settle;
+                    recheck_at = Some(recheck_at.map_or(at, |t| t.min(at)));
+                }
+                Err(error) => {
+                    reject(
+                        tracked,
+                        &path,
+                        format!("cannot read it: {error}"),
+                        &mut changes,
+                    );
+                }
+            }
+        }
+        let gone: Vec<PathBuf> = self
+            .tracked
+            .keys()
+            .filter(|path| !seen.contains(*path))
+            .cloned()
+            .collect();
+        for path in gone {
+            if let Some(tracked) = self.tracked.remove(&path)
+                && tracked.handed_out.is_some()
+            {
+                changes.push(Change::Removed(path));
+            }
+        }
+        Ok(Scan {
+            changes,
+            recheck_at,
+        })
+    }
+
+    /// The stat of the regular file `path` is or points to, or why it cannot be used.
+    fn resolve(&self, path: &Path) -> Result<Stat, String> {
+        let link = std::fs::symlink_metadata(path).map_err(|e| format!("cannot stat it: {e}"))?;
+        let metadata = if link.file_type().is_symlink() {
+            let target = path
+                .canonicalize()
+                .map_err(|e| format!("it is a symlink that does not resolve: {e}"))?;
+            if !target.starts_with(&self.canonical) {
+                return Err(format!(
+                    "it is a symlink to {}, outside the plugins directory {}; only links that \
+                     stay inside it (as in a ConfigMap volume) are followed",
+                    target.display(),
+                    self.canonical.display()
+                ));
+            }
+            std::fs::metadata(&target)
+                .map_err(|e| format!("cannot stat {}: {e}", target.display()))?
+        } else {
+            link
+        };
+        if !metadata.file_type().is_file() {
+            return Err("it is not a regular file".to_owned());
+        }
+        if metadata.len() > self.config.max_file_size {
+            return Err(format!(
+                "it is {} bytes, more than the {} allowed for a plugin file",
+                metadata.len(),
+                self.config.max_file_size
+            ));
+        }
+        Ok(Stat::of(&metadata))
+    }
+}
+
+/// Hands out a rejection of `path`, unless the same one was handed out last.
+fn reject(tracked: &mut Tracked, path: &Path, error: String, changes: &mut Vec<Change>) {
+    let outcome = Some(Outcome::Rejected(error.clone()));
+    if tracked.handed_out != outcome {
+        tracked.handed_out = outcome;
+        changes.push(Change::Rejected {
+            path: path.to_owned(),
+            error,
+        });
+    }
+}
+
+/// Reads `path` if it still has `stat` before and after: `None` when it moved meanwhile.
+fn read_stable(path: &Path, stat: Stat) -> std::io::Result<Option<Vec<u8>>> {
+    let bytes = std::fs::read(path)?;
+    let after = Stat::of(&std::fs::metadata(path)?);
+    Ok((after == stat && bytes.len() as u64 == stat.len).then_some(bytes))
+}
+
+/// Hands the scanner's changes to `apply` until `cancel` fires.
+///
+/// Loop states: `Scan` (look at the directory now), `Wait` (until a file-system event, a
+/// settling file's re-check, or the periodic rescan). The first scan runs at once; its
+/// changes are everything present.
+pub(crate) async fn watch<F, Fut>(mut dir: PluginDir, cancel: CancellationToken, mut apply: F)
+where
+    F: FnMut(Vec<Change>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    // Hints coalesce in one bounded structure; `wake` holds at most one permit, so a burst of
+    // events costs one scan.
+    let hints = Arc::new(Mutex::new(Hints::default()));
+    let wake = Arc::new(Notify::new());
+    let watcher = {
+        let (hints, wake, root) = (hints.clone(), wake.clone(), dir.path().to_owned());
+        notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            if let Ok(event) = event {
+                hints
+                    .lock()
+                    .expect("hints lock poisoned")
+                    .record(&root, &event);
+                wake.notify_one();
+            }
+        })
+        .and_then(|mut watcher| {
+            use notify::Watcher as _;
+            watcher.watch(dir.path(), notify::RecursiveMode::NonRecursive)?;
+            Ok(watcher)
+        })
+        .inspect_err(|error| {
+            warn!(dir = %dir.path().display(), %error, "cannot watch the plugins directory; rescanning periodically only");
+        })
+        .ok()
+    };
+    let _watcher = watcher;
+
+    enum State {
+        Scan,
+        Wait { until: Instant },
+    }
+    let mut state = State::Scan;
+    loop {
+        state = match state {
+            State::Scan => {
+                let taken = std::mem::take(&mut *hints.lock().expect("hints lock poisoned"));
+                let now = Instant::now();
+                let next_rescan = now + dir.config.rescan_every;
+                let scanning = tokio::task::spawn_blocking(move || {
+                    let scanned = dir.scan(taken, now);
+                    (dir, scanned)
+                });
+                let scanned;
+                (dir, scanned) = scanning.await.expect("the plugins directory scan panicked");
+                match scanned {
+                    Ok(scan) => {
+                        if !scan.changes.is_empty() {
+                            apply(scan.changes).await;
+                        }
+                        State::Wait {
+                            until: scan.recheck_at.map_or(next_rescan, |t| t.min(next_rescan)),
+                        }
+                    }
+                    Err(error) => {
+                        warn!(dir = %dir.path().display(), %error, "cannot list the plugins directory");
+                        State::Wait { until: next_rescan }
+                    }
+                }
+            }
+            State::Wait { until } => {
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => return,
+                    () = wake.notified() => {}
+                    () = tokio::time::sleep_until(until) => {}
+                }
+                State::Scan
+            }
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    const SETTLE: Duration = Duration::from_millis(100);
+
+    fn scanner(dir: &Path) -> PluginDir {
+        PluginDir::new(
+            dir,
+            DirConfig {
+                settle: SETTLE,
+                rescan_every: Duration::from_secs(60),
+                max_file_size: 1024,
+            },
+        )
+        .unwrap()
+    }
+
+    /// Writes `bytes` to `path` and dates it `age` back, as if written then.
+    fn write_aged(path: &Path, bytes: &[u8], age: Duration) {
+        std::fs::write(path, bytes).unwrap();
+        let file = std::fs::File::options().write(true).open(path).unwrap();
+        file.set_modified(SystemTime::now() - age).unwrap();
+    }
+
+    fn names(changes: &[Change]) -> Vec<String> {
+        changes
+            .iter()
+            .map(|change| {
+                let (kind, path) = match change {
+                    Change::Present(content) => ("present", &content.path),
+                    Change::Rejected { path, .. } => ("rejected", path),
+                    Change::Removed(path) => ("removed", path),
+                };
+                format!("{kind} {}", path.file_name().unwrap().to_string_lossy())
+            })
+            .collect()
+    }
+
+    fn renamed(path: &Path) -> Hints {
+        let mut hints = Hints::default();
+        hints.renamed.insert(path.to_owned());
+        hints
+    }
+
+    #[test]
+    fn only_plugin_files_count_and_old_files_are_complete_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = Duration::from_secs(5);
+        for name in [
+            "a.wasm",
+            ".hidden.wasm",
+            "notes.txt",
+            "b.wasm~",
+            "#c.wasm#",
+            ".wasm",
+        ] {
+            write_aged(&dir.path().join(name), b"\0asm", old);
+        }
+        std::fs::create_dir(dir.path().join("d.wasm")).unwrap();
+        let mut plugins = scanner(dir.path());
+        let scan = plugins.scan(Hints::default(), Instant::now()).unwrap();
+        assert_eq!(names(&scan.changes), ["present a.wasm", "rejected d.wasm"]);
+        let Change::Rejected { error, .. } = &scan.changes[1] else {
+            unreachable!()
+        };
+        assert_eq!(error, "it is not a regular file");
+        let again = plugins.scan(Hints::default(), Instant::now()).unwrap();
+        assert!(
+            again.changes.is_empty(),
+            "nothing is handed out twice: {:?}",
+            names(&again.changes)
+        );
+    }
+
+    #[test]
+    fn a_file_written_in_place_waits_for_the_settle_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.wasm");
+        let mut plugins = scanner(dir.path());
+        let start = Instant::now();
+        std::fs::write(&path, b"half").unwrap();
+        let scan = plugins.scan(Hints::default(), start).unwrap();
+        assert!(scan.changes.is_empty());
+        assert_eq!(scan.recheck_at, Some(start + SETTLE));
+        // More bytes arrive before the window ends: the window starts again.
+        std::fs::write(&path, b"half and the rest").unwrap();
+        let later = start + SETTLE / 2;
+        assert!(
+            plugins
+                .scan(Hints::default(), later)
+                .unwrap()
+                .changes
+                .is_empty()
+        );
+        let scan = plugins.scan(Hints::default(), later + SETTLE).unwrap();
+        match &scan.changes[..] {
+            [Change::Present(content)] => assert_eq!(content.bytes, b"half and the rest"),
+            other => panic!("expected the complete file, got {:?}", names(other)),
+        }
+    }
+
+    #[test]
+    fn a_renamed_file_is_complete_at_once_and_unchanged_content_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.wasm");
+        let mut plugins = scanner(dir.path());
+        let tmp = dir.path().join(".p.wasm.tmp");
+        std::fs::write(&tmp, b"v1").unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        let scan = plugins.scan(renamed(&path), Instant::now()).unwrap();
+        assert_eq!(names(&scan.changes), ["present p.wasm"]);
+        // The same bytes again (a new inode): read, hashed, not handed out.
+        std::fs::write(&tmp, b"v1").unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        assert!(
+            plugins
+                .scan(renamed(&path), Instant::now())
+                .unwrap()
+                .changes
+                .is_empty()
+        );
+        std::fs::remove_file(&path).unwrap();
+        let scan = plugins.scan(Hints::default(), Instant::now()).unwrap();
+        assert_eq!(names(&scan.changes), ["removed p.wasm"]);
+    }
+
+    #[test]
+    fn symlinks_are_followed_only_inside_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let secret = outside.path().join("secret");
+        std::fs::write(&secret, b"not yours").unwrap();
+        let old = Duration::from_secs(5);
+        write_aged(&dir.path().join("real.bin"), b"\0asm", old);
+        symlink("real.bin", dir.path().join("inside.wasm")).unwrap();
+        symlink(&secret, dir.path().join("outside.wasm")).unwrap();
+        symlink("/dev/null", dir.path().join("device.wasm")).unwrap();
+        symlink("missing", dir.path().join("dangling.wasm")).unwrap();
+        write_aged(&dir.path().join("huge.wasm"), &[0; 2048], old);
+        let scan = scanner(dir.path())
+            .scan(Hints::default(), Instant::now())
+            .unwrap();
+        let mut found: Vec<(String, String)> = scan
+            .changes
+            .iter()
+            .map(|change| match change {
+                Change::Present(content) => (
+                    content.path.file_name().unwrap().to_string_lossy().into(),
+                    "present".into(),
+                ),
+                Change::Rejected { path, error } => (
+                    path.file_name().unwrap().to_string_lossy().into(),
+                    error.clone(),
+                ),
+                Change::Removed(_) => unreachable!(),
+            })
+            .collect();
+        found.sort();
+        assert_eq!(found[0].0, "dangling.wasm");
+        assert!(found[0].1.contains("does not resolve"), "{}", found[0].1);
+        assert_eq!(found[1].0, "device.wasm");
+        assert!(
+            found[1].1.contains("outside the plugins directory"),
+            "{}",
+            found[1].1
+        );
+        assert_eq!(found[2].0, "huge.wasm");
+        assert!(
+            found[2].1.contains("2048 bytes, more than the 1024"),
+            "{}",
+            found[2].1
+        );
+        assert_eq!(found[3], ("inside.wasm".into(), "present".into()));
+        assert_eq!(found[4].0, "outside.wasm");
+        assert!(found[4].1.contains("symlink to"), "{}", found[4].1);
+        assert!(found[4].1.contains("outside the plugins directory"));
+    }
+
+    /// The kubelet's atomic writer: files live in a timestamped directory, `..data` links to
+    /// it, and each visible file links through `..data`. An update writes a new directory and
+    /// renames a new `..data` link over the old one.
+    #[test]
+    fn a_configmap_volume_swap_hands_out_exactly_the_changed_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let version = |name: &str, files: &[(&str, &[u8])]| {
+            std::fs::create_dir(root.join(name)).unwrap();
+            for (file, bytes) in files {
+                std::fs::write(root.join(name).join(file), bytes).unwrap();
+            }
+        };
+        version("..2026_11_29_v1", &[("a.wasm", b"a1"), ("b.wasm", b"b1")]);
+        symlink("..2026_11_29_v1", root.join("..data")).unwrap();
+        symlink("..data/a.wasm", root.join("a.wasm")).unwrap();
+        symlink("..data/b.wasm", root.join("b.wasm")).unwrap();
+        let mut plugins = scanner(root);
+        let swapped = || Hints {
+            swapped: true,
+            ..Hints::default()
+        };
+        let scan = plugins.scan(swapped(), Instant::now()).unwrap();
+        assert_eq!(names(&scan.changes), ["present a.wasm", "present b.wasm"]);
+
+        version("..2026_11_29_v2", &[("a.wasm", b"a1"), ("b.wasm", b"b2")]);
+        symlink("..2026_11_29_v2", root.join("..data_tmp")).unwrap();
+        std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+        std::fs::remove_dir_all(root.join("..2026_11_29_v1")).unwrap();
+        let scan = plugins.scan(swapped(), Instant::now()).unwrap();
+        match &scan.changes[..] {
+            [Change::Present(content)] => {
+                assert_eq!(content.path, root.join("b.wasm"));
+                assert_eq!(content.bytes, b"b2");
+            }
+            other => panic!("expected only b.wasm, got {:?}", names(other)),
+        }
+    }
+
+    #[test]
+    fn rename_events_become_hints() {
+        use notify::event::{ModifyKind, RenameMode};
+        let dir = Path::new("/plugins");
+        let event = |mode, paths: &[&str]| {
+            let mut event = notify::Event::new(notify::EventKind::Modify(ModifyKind::Name(mode)));
+            event.paths = paths.iter().map(PathBuf::from).collect();
+            event
+        };
+        let mut hints = Hints::default();
+        hints.record(dir, &event(RenameMode::To, &["/plugins/a.wasm"]));
+        hints.record(dir, &event(RenameMode::From, &["/plugins/gone.wasm"]));
+        hints.record(
+            dir,
+            &event(RenameMode::Both, &["/elsewhere/x", "/plugins/b.wasm"]),
+        );
+        hints.record(dir, &event(RenameMode::To, &["/plugins/sub/c.wasm"]));
+        assert!(!hints.swapped);
+        assert_eq!(
+            hints.renamed.iter().collect::<Vec<_>>(),
+            [Path::new("/plugins/a.wasm"), Path::new("/plugins/b.wasm")]
+        );
+        hints.record(dir, &event(RenameMode::To, &["/plugins/..data"]));
+        assert!(hints.swapped);
+    }
+}

@@ -1,0 +1,636 @@
+//! The plugins directory, live: complete files become running plugins, a replaced file's
+//! new version is swapped in at a notification boundary, a removed file is unloaded.
+//!
+//! [`dir`] turns the directory into changes; [`PluginHost::apply`] is the only writer of the
+//! plugin table and carries them out. Plugins keep no memory state across a swap: they keep
+//! their state in the cluster or read it from the cache.
+
+mod dir;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::StreamExt as _;
+use kubeplug_informer::factory::{InformerKey, InformerLease, SharedInformerFactory, Subscription};
+use kubeplug_informer::indexer::Indexer;
+use kubeplug_informer::informer::HandlerOptions;
+use kubeplug_informer::listener::{BufferPolicy, ListenerProbe, ListenerReceiver};
+use kubeplug_informer::resource::Resource;
+use kubeplug_runtime::{
+    CacheView, ClusterWriter, Delivery, DriverControl, Gvk, LoadError, ObjectRef, Plugin,
+    PluginLimits, PluginSpec, RunState, Runtime,
+};
+use kubeplug_workqueue::{Queue, Workers, WorkqueueMetrics};
+use tokio::task::JoinHandle;
+use tracing::{error, info};
+
+pub(crate) use dir::{Change, ContentHash, DirConfig, FileContent, Hints, PluginDir, watch};
+
+use crate::config::Config;
+
+/// Maps a plugin's resource types to served resources (discovery, or the local registry).
+pub(crate) type Resolver = Arc<dyn Fn(&Gvk) -> Option<Resource> + Send + Sync>;
+
+/// The caches plugins read: one informer per resource type, kept running by a lease while
+/// any plugin may read it. Subscriptions without a namespace or selectors share these
+/// informers, so such a plugin reads exactly what its events come from.
+pub(crate) struct FactoryCache {
+    factory: SharedInformerFactory,
+    resolve: Resolver,
+    // A std mutex: lookups are short and never span an `.await`.
+    leases: Mutex<BTreeMap<Gvk, InformerLease>>,
+}
+
+impl FactoryCache {
+    pub(crate) fn new(factory: SharedInformerFactory, resolve: Resolver) -> Self {
+        Self {
+            factory,
+            resolve,
+            leases: Mutex::default(),
+        }
+    }
+
+    fn leases(&self) -> MutexGuard<'_, BTreeMap<Gvk, InformerLease>> {
+        self.leases
+            .lock()
+            .expect("cache leases poisoned by a panic")
+    }
+}
+
+impl CacheView for FactoryCache {
+    fn indexer(&self, resource: &Gvk) -> Option<Indexer> {
+        let mut leases = self.leases();
+        if let Some(lease) = leases.get(resource) {
+            return Some(lease.informer().indexer().clone());
+        }
+        let served = (self.resolve)(resource)?;
+        match self.factory.lease(InformerKey::all(served)) {
+            Ok(lease) => {
+                let indexer = lease.informer().indexer().clone();
+                leases.insert(resource.clone(), lease);
+                Some(indexer)
+            }
+            Err(error) => {
+                error!(%resource, %error, "cannot start an informer for plugin reads");
+                None
+            }
+        }
+    }
+}
+
+/// A plugin's settings (JSON), grants and limits from the configuration section named like
+/// its file's stem (`label-audit.wasm` → `[plugins.label-audit]`).
+pub(crate) fn plugin_settings(
+    config: &Config,
+    file: &Path,
+) -> Result<(String, kubeplug_runtime::Grants, PluginLimits), String> {
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let section = config.plugins.get(&stem);
+    let settings = section
+        .and_then(|s| s.settings.as_ref())
+        .map(|table| serde_json::to_string(table).expect("TOML tables are JSON"))
+        .unwrap_or_else(|| "{}".to_owned());
+    let grants = section
+        .map(|s| s.grants.to_runtime())
+        .transpose()
+        .map_err(|e| format!("grants of [plugins.{stem}]: {e}"))?
+        .unwrap_or_default();
+    let defaults = &config.defaults;
+    let limits = PluginLimits {
+        max_memory: (defaults.memory_limit_mib as usize) << 20,
+        call_deadline: std::time::Duration::from_millis(defaults.call_deadline_ms),
+        batch_size: defaults.batch_size as usize,
+        ..PluginLimits::default()
+    };
+    Ok((settings, grants, limits))
+}
+
+/// Why a plugin file did not become, or replace, a running plugin. Each message names the
+/// file and the stage that failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LoadFailure {
+    /// The directory refused the file before reading it.
+    #[error("{path}: {cause}", path = path.display())]
+    Rejected { path: PathBuf, cause: String },
+    /// Its configuration section is invalid.
+    #[error("{path}: settings: {cause}", path = path.display())]
+    Settings { path: PathBuf, cause: String },
+    /// Compile, link, init, describe or validation failed.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// It subscribes to a type the cluster does not serve.
+    #[error("{path}: resolve: plugin {plugin} subscribes to {resource}, which the cluster does not serve", path = path.display())]
+    Unresolved {
+        path: PathBuf,
+        plugin: String,
+        resource: Gvk,
+    },
+    /// Another file already runs a plugin of this name.
+    #[error("{path}: name: plugin {plugin} is already loaded from {other}", path = path.display(), other = other.display())]
+    NameTaken {
+        path: PathBuf,
+        plugin: String,
+        other: PathBuf,
+    },
+    /// Registering its handlers or starting its driver failed.
+    #[error("{path}: start: {cause}", path = path.display())]
+    Start { path: PathBuf, cause: String },
+}
+
+impl LoadFailure {
+    /// The file that failed.
+    fn path(&self) -> &Path {
+        match self {
+            LoadFailure::Rejected { path, .. }
+            | LoadFailure::Settings { path, .. }
+            | LoadFailure::Unresolved { path, .. }
+            | LoadFailure::NameTaken { path, .. }
+            | LoadFailure::Start { path, .. } => path,
+            LoadFailure::Load(error) => error.path(),
+        }
+    }
+}
+
+/// A plugin version that passed every load stage and is ready to be swapped in.
+struct Prepared {
+    path: PathBuf,
+    hash: ContentHash,
+    plugin: Arc<Plugin>,
+    /// The informers its subscriptions need, in their order.
+    keys: Vec<InformerKey>,
+    load_time: Duration,
+}
+
+/// A plugin that is serving: what keeps its deliveries going.
+struct Running {
+    plugin: Arc<Plugin>,
+    hash: ContentHash,
+    loaded_at: SystemTime,
+    load_time: Duration,
+    keys: Vec<InformerKey>,
+    control: DriverControl,
+    /// Owners of its handler registrations; dropping them unregisters the plugin and stops
+    /// informers nobody else uses.
+    subscriptions: Vec<Subscription>,
+    probes: Vec<ListenerProbe>,
+    /// The events driver, or the reconcile feeders.
+    tasks: Vec<JoinHandle<()>>,
+    reconcile: Option<(Queue<ObjectRef>, Workers)>,
+}
+
+impl Running {
+    /// Ends deliveries after the calls in flight, then unregisters the handlers.
+    async fn stop(self) {
+        self.control.stop();
+        if let Some((queue, workers)) = self.reconcile {
+            queue.shut_down();
+            workers.join().await;
+        }
+        for task in self.tasks {
+            if let Err(error) = task.await
+                && error.is_panic()
+            {
+                error!(plugin = self.plugin.name(), %error, "a plugin driver panicked");
+            }
+        }
+        drop(self.subscriptions);
+    }
+}
+
+/// Counts of versions that stopped serving, so that a file's totals survive reloads.
+#[derive(Debug, Default, Clone, Copy)]
+struct Totals {
+    events: u64,
+    failures: u64,
+}
+
+impl Totals {
+    fn of(plugin: &Plugin) -> Self {
+        let status = plugin.status();
+        Self {
+            events: status.events_delivered,
+            failures: status.calls_failed,
+        }
+    }
+
+    fn add(&mut self, other: Self) {
+        self.events += other.events;
+        self.failures += other.failures;
+    }
+}
+
+/// One file of the plugins directory.
+#[derive(Default)]
+struct Entry {
+    serving: Option<Running>,
+    /// A new version is being loaded.
+    loading: bool,
+    /// The last failure to load or replace it; cleared by a successful load.
+    last_error: Option<String>,
+    /// Totals of its retired versions.
+    retired: Totals,
+}
+
+/// One plugin file and what became of it, as `/plugins` reports it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct PluginReport {
+    pub(crate) file: PathBuf,
+    /// SHA-256 of the version serving.
+    pub(crate) hash: Option<String>,
+    pub(crate) name: Option<String>,
+    pub(crate) version: Option<String>,
+    /// `loading`, `running`, `quarantined`, `stopped` or `failed`.
+    pub(crate) state: &'static str,
+    pub(crate) last_error: Option<String>,
+    /// When the serving version was swapped in, in milliseconds since the Unix epoch.
+    pub(crate) loaded_at_ms: Option<u64>,
+    /// How long loading it took (compile or cache, init, describe, validation).
+    pub(crate) load_ms: Option<f64>,
+    /// Notifications waiting in its listeners.
+    pub(crate) buffer_depth: usize,
+    /// Over every version of this file.
+    pub(crate) events_delivered: u64,
+    /// Over every version of this file.
+    pub(crate) failures: u64,
+}
+
+/// Loads of new or changed plugin files, by result.
+#[derive(Debug, Default)]
+pub(crate) struct ReloadCounts {
+    pub(crate) success: AtomicU64,
+    pub(crate) failure: AtomicU64,
+}
+
+/// Loads, swaps and unloads the plugins of one directory.
+///
+/// Contract: the plugin table has one writer, [`apply`](Self::apply) (called by one task);
+/// [`reports`](Self::reports) reads snapshots. A change never interrupts a call in flight;
+/// a file that fails any load stage leaves the version already serving in place.
+pub(crate) struct PluginHost {
+    runtime: Runtime,
+    factory: SharedInformerFactory,
+    resolve: Resolver,
+    writer: Arc<dyn ClusterWriter>,
+    queue_metrics: WorkqueueMetrics,
+    config: Config,
+    /// Subscriptions without a namespace of their own watch only this one, if set.
+    namespace: Option<String>,
+    // A std mutex: held only for short, synchronous updates, never across an `.await`.
+    table: Mutex<BTreeMap<PathBuf, Entry>>,
+    reloads: ReloadCounts,
+}
+
+impl std::fmt::Debug for PluginHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginHost")
+            .field("files", &self.table().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PluginHost {
+    pub(crate) fn new(
+        runtime: Runtime,
+        factory: SharedInformerFactory,
+        resolve: Resolver,
+        writer: Arc<dyn ClusterWriter>,
+        queue_metrics: WorkqueueMetrics,
+        config: Config,
+        namespace: Option<String>,
+    ) -> Self {
+        Self {
+            runtime,
+            factory,
+            resolve,
+            writer,
+            queue_metrics,
+            config,
+            namespace,
+            table: Mutex::default(),
+            reloads: ReloadCounts::default(),
+        }
+    }
+
+    fn table(&self) -> MutexGuard<'_, BTreeMap<PathBuf, Entry>> {
+        self.table.lock().expect("plugin table poisoned by a panic")
+    }
+
+    /// Loads of new or changed files so far, by result.
+    pub(crate) fn reload_counts(&self) -> &ReloadCounts {
+        &self.reloads
+    }
+
+    /// Carries out one batch of directory changes: new and changed files are loaded in
+    /// parallel (bounded by the cores), then swapped in one by one; removed files are
+    /// unloaded.
+    pub(crate) async fn apply(&self, changes: Vec<Change>) {
+        let mut contents = Vec::new();
+        for change in changes {
+            match change {
+                Change::Present(content) => {
+                    self.table()
+                        .entry(content.path.clone())
+                        .or_default()
+                        .loading = true;
+                    contents.push(content);
+                }
+                Change::Rejected { path, error } => {
+                    self.failed(LoadFailure::Rejected { path, cause: error });
+                }
+                Change::Removed(path) => self.remove(&path).await,
+            }
+        }
+        let parallel = std::thread::available_parallelism().map_or(1, usize::from);
+        let prepared: Vec<_> = futures::stream::iter(contents)
+            .map(|content| self.prepare(content))
+            .buffered(parallel)
+            .collect()
+            .await;
+        for result in prepared {
+            let installed = match result {
+                Ok(prepared) => self.install(prepared).await,
+                Err(failure) => Err(failure),
+            };
+            if let Err(failure) = installed {
+                self.failed(failure);
+            }
+        }
+    }
+
+    /// Every load stage short of swapping in: settings, compile (through the artefact
+    /// cache, off the async threads), instantiate, init, describe under the deadline,
+    /// validation and grants, indexes, resolving the subscribed types.
+    async fn prepare(&self, content: FileContent) -> Result<Prepared, LoadFailure> {
+        let started = Instant::now();
+        let FileContent { path, bytes, hash } = content;
+        let (settings, grants, limits) =
+            plugin_settings(&self.config, &path).map_err(|cause| LoadFailure::Settings {
+                path: path.clone(),
+                cause,
+            })?;
+        // Each version leases the caches it reads for itself, so that unloading it stops
+        // the informers only it needed.
+        let cache = Arc::new(FactoryCache::new(
+            self.factory.clone(),
+            self.resolve.clone(),
+        ));
+        let plugin = self
+            .runtime
+            .load(PluginSpec {
+                path: path.clone(),
+                bytes,
+                settings,
+                grants,
+                limits,
+                cache,
+                writer: self.writer.clone(),
+            })
+            .await?;
+        let description = plugin.description();
+        let keys = description
+            .subscriptions
+            .iter()
+            .map(|wanted| {
+                let resource =
+                    (self.resolve)(&wanted.resource).ok_or_else(|| LoadFailure::Unresolved {
+                        path: path.clone(),
+                        plugin: description.name.clone(),
+                        resource: wanted.resource.clone(),
+                    })?;
+                Ok(InformerKey {
+                    resource,
+                    namespace: wanted.namespace.clone().or_else(|| self.namespace.clone()),
+                    label_selector: wanted.label_selector.clone(),
+                    field_selector: wanted.field_selector.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>, LoadFailure>>()?;
+        Ok(Prepared {
+            path,
+            hash,
+            plugin: Arc::new(plugin),
+            keys,
+            load_time: started.elapsed(),
+        })
+    }
+
+    /// Swaps `prepared` in. With the same subscriptions it inherits the running listeners
+    /// (every notification delivered exactly once across the swap); otherwise it gets new
+    /// registrations, whose replay of the cache arrives as in-initial-list adds, and the old
+    /// ones are removed after the old version's call in flight.
+    async fn install(&self, prepared: Prepared) -> Result<(), LoadFailure> {
+        let Prepared {
+            path,
+            hash,
+            plugin,
+            keys,
+            load_time,
+        } = prepared;
+        let name = plugin.name().to_owned();
+        let version = plugin.description().version.clone();
+        {
+            let mut table = self.table();
+            if let Some((other, _)) = table.iter().find(|(other, entry)| {
+                **other != path
+                    && entry
+                        .serving
+                        .as_ref()
+                        .is_some_and(|running| running.plugin.name() == name)
+            }) {
+                return Err(LoadFailure::NameTaken {
+                    path: path.clone(),
+                    plugin: name,
+                    other: other.clone(),
+                });
+            }
+            let entry = table.entry(path.clone()).or_default();
+            if let Some(running) = entry.serving.as_mut()
+                && running.keys == keys
+                && let Ok(Some(old)) = running.control.replace(plugin.clone())
+            {
+                entry.retired.add(Totals::of(&old));
+                running.plugin = plugin;
+                running.hash = hash;
+                running.loaded_at = SystemTime::now();
+                running.load_time = load_time;
+                entry.loading = false;
+                entry.last_error = None;
+                self.reloads.success.fetch_add(1, Ordering::Relaxed);
+                info!(plugin = %name, %version, file = %path.display(), %hash, "plugin swapped in; it inherits the running listeners");
+                return Ok(());
+            }
+        }
+        let start = |cause: String| LoadFailure::Start {
+            path: path.clone(),
+            cause,
+        };
+        // New registrations first, so that informers shared with the old version keep
+        // running; they buffer while the old version finishes.
+        let reconcile = matches!(plugin.description().delivery, Delivery::Reconcile { .. });
+        let buffer = if reconcile {
+            BufferPolicy::CoalesceByKey
+        } else {
+            BufferPolicy::Unbounded
+        };
+        let mut subscriptions = Vec::new();
+        let mut receivers: Vec<ListenerReceiver> = Vec::new();
+        for (key, wanted) in keys.iter().zip(&plugin.description().subscriptions) {
+            let options = HandlerOptions {
+                buffer,
+                resync_period: wanted.resync_period,
+            };
+            let mut subscription = self
+                .factory
+                .subscribe(key.clone(), options)
+                .map_err(|e| start(e.to_string()))?;
+            receivers.push(subscription.take_receiver());
+            subscriptions.push(subscription);
+        }
+        let old = self.table().get_mut(&path).and_then(|e| e.serving.take());
+        if let Some(old) = old {
+            let totals = Totals::of(&old.plugin);
+            old.stop().await;
+            if let Some(entry) = self.table().get_mut(&path) {
+                entry.retired.add(totals);
+            }
+        }
+        let probes = receivers.iter().map(ListenerReceiver::probe).collect();
+        let control = DriverControl::new(plugin.clone());
+        let (tasks, reconcile) = match plugin.description().delivery {
+            Delivery::Events => {
+                let task = kubeplug_runtime::events::drive_events(&control, receivers)
+                    .map_err(|e| start(e.to_string()))?;
+                (vec![task], None)
+            }
+            Delivery::Reconcile { .. } => {
+                let queue = Queue::builder(&name)
+                    .metrics(&self.queue_metrics)
+                    .map_err(|e| start(e.to_string()))?
+                    .build();
+                let reconciler =
+                    kubeplug_runtime::reconcile::drive_reconcile(&control, receivers, queue)
+                        .map_err(|e| start(e.to_string()))?;
+                (
+                    reconciler.feeders,
+                    Some((reconciler.queue, reconciler.workers)),
+                )
+            }
+        };
+        let mut table = self.table();
+        let entry = table.entry(path.clone()).or_default();
+        entry.serving = Some(Running {
+            plugin,
+            hash,
+            loaded_at: SystemTime::now(),
+            load_time,
+            keys,
+            control,
+            subscriptions,
+            probes,
+            tasks,
+            reconcile,
+        });
+        entry.loading = false;
+        entry.last_error = None;
+        self.reloads.success.fetch_add(1, Ordering::Relaxed);
+        info!(plugin = %name, %version, file = %path.display(), %hash, "plugin running");
+        Ok(())
+    }
+
+    /// Records a failed load; a version already serving keeps serving.
+    fn failed(&self, failure: LoadFailure) {
+        let path = failure.path().to_owned();
+        let message = failure.to_string();
+        let mut table = self.table();
+        let entry = table.entry(path.clone()).or_default();
+        let keeps = entry.serving.as_ref().map(|r| r.plugin.name().to_owned());
+        entry.loading = false;
+        entry.last_error = Some(message.clone());
+        drop(table);
+        self.reloads.failure.fetch_add(1, Ordering::Relaxed);
+        match keeps {
+            Some(plugin) => {
+                error!(file = %path.display(), %plugin, "{message}; the version already running keeps serving");
+            }
+            None => error!(file = %path.display(), "{message}"),
+        }
+    }
+
+    /// Unloads the plugin of a removed file once its calls in flight finish.
+    async fn remove(&self, path: &Path) {
+        let entry = self.table().remove(path);
+        if let Some(running) = entry.and_then(|e| e.serving) {
+            let name = running.plugin.name().to_owned();
+            running.stop().await;
+            info!(plugin = %name, file = %path.display(), "plugin unloaded: its file was removed");
+        }
+    }
+
+    /// Every plugin file seen, with its state.
+    pub(crate) fn reports(&self) -> Vec<PluginReport> {
+        self.table()
+            .iter()
+            .map(|(file, entry)| report(file, entry))
+            .collect()
+    }
+
+    /// Stops every plugin: calls in flight finish, queues are dropped, handlers unregistered.
+    pub(crate) async fn stop(&self) {
+        let running: Vec<Running> = std::mem::take(&mut *self.table())
+            .into_values()
+            .filter_map(|entry| entry.serving)
+            .collect();
+        for plugin in running {
+            plugin.stop().await;
+        }
+    }
+}
+
+fn report(file: &Path, entry: &Entry) -> PluginReport {
+    let serving = entry.serving.as_ref();
+    let status = serving.map(|r| r.plugin.status());
+    let state = match (&status, entry.loading) {
+        (_, true) => "loading",
+        (Some(status), false) => match status.state {
+            RunState::Running => "running",
+            RunState::Quarantined { .. } => "quarantined",
+            RunState::Stopped => "stopped",
+        },
+        (None, false) => "failed",
+    };
+    let last_error = match status.as_ref().map(|s| &s.state) {
+        Some(RunState::Quarantined { last_error, .. }) => Some(last_error.clone()),
+        _ => entry.last_error.clone(),
+    };
+    let mut totals = entry.retired;
+    if let Some(running) = serving {
+        totals.add(Totals::of(&running.plugin));
+    }
+    PluginReport {
+        file: file.to_owned(),
+        hash: serving.map(|r| r.hash.to_string()),
+        name: serving.map(|r| r.plugin.name().to_owned()),
+        version: serving.map(|r| r.plugin.description().version.clone()),
+        state,
+        last_error,
+        loaded_at_ms: serving.and_then(|r| {
+            r.loaded_at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .ok()
+                .map(|d| d.as_millis() as u64)
+        }),
+        load_ms: serving.map(|r| r.load_time.as_secs_f64() * 1e3),
+        buffer_depth: serving.map_or(0, |r| r.probes.iter().map(ListenerProbe::depth).sum()),
+        events_delivered: totals.events,
+        failures: totals.failures,
+    }
+}
+
+#[cfg(test)]
+mod tests;

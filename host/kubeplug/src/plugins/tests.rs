@@ -1,0 +1,704 @@
+//! Hot reload end to end: real files in a plugins directory, the watcher, the load pipeline
+//! and the swap, with informers over the local cluster and recorder guests that report
+//! every delta they handle.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use kubeplug_informer::factory::SharedInformerFactory;
+use kubeplug_informer::reflector::ReflectorConfig;
+use kubeplug_informer::resource::Resource;
+use kubeplug_local::LocalCluster;
+use kubeplug_runtime::view::BoxFuture;
+use kubeplug_runtime::{ClusterWriter, Gvk, Runtime, RuntimeConfig, Write, WriteError};
+use kubeplug_workqueue::WorkqueueMetrics;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::config::Config;
+
+/// Builds the test guests once per test binary.
+fn guest(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    let layout = xtask::Layout::from_manifest_dir();
+    let names = [
+        "recorder",
+        "recorder-v2",
+        "recorder-unknown-kind",
+        "recorder-describe-trap",
+        "recorder-describe-slow",
+        "label-reader",
+    ]
+    .map(String::from);
+    BUILT
+        .get_or_init(|| {
+            xtask::build_plugins(&layout, &names)
+                .map(drop)
+                .map_err(|e| format!("{e:#}"))
+        })
+        .clone()
+        .expect("building the test guests");
+    layout.test_output_dir().join(format!("{name}.wasm"))
+}
+
+fn guest_bytes(name: &str) -> Vec<u8> {
+    std::fs::read(guest(name)).unwrap()
+}
+
+/// One delta a recorder guest handled.
+#[derive(Debug, Clone)]
+struct Handled {
+    at: Instant,
+    version: String,
+    key: String,
+    resource_version: u64,
+}
+
+/// The cluster writer of these tests: collects the recorders' `Handled` Events.
+#[derive(Default)]
+struct Recorded(Mutex<Vec<Handled>>);
+
+impl Recorded {
+    fn all(&self) -> Vec<Handled> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl ClusterWriter for Recorded {
+    fn write<'a>(
+        &'a self,
+        _plugin: &'a str,
+        write: Write,
+    ) -> BoxFuture<'a, Result<String, WriteError>> {
+        if let Write::RecordEvent {
+            reason, message, ..
+        } = &write
+            && reason == "Handled"
+        {
+            let at = Instant::now();
+            let mut words = message.split(' ');
+            let version = words.next().unwrap_or_default().to_owned();
+            let mut records = self.0.lock().unwrap();
+            for word in words {
+                let (key, rv) = word.rsplit_once('@').expect("key@rv");
+                records.push(Handled {
+                    at,
+                    version: version.clone(),
+                    key: key.to_owned(),
+                    resource_version: rv.parse().unwrap(),
+                });
+            }
+        }
+        Box::pin(async { Ok(String::new()) })
+    }
+}
+
+const CONFIG: &str = r#"
+[defaults]
+call_deadline_ms = 300
+
+[plugins.recorder.grants]
+write = { "v1/ConfigMap" = ["record-event"] }
+"#;
+
+fn config_maps() -> Resource {
+    Resource::new("", "v1", "ConfigMap", "configmaps", true)
+}
+
+/// A host watching a temporary plugins directory, over an empty local cluster.
+struct Harness {
+    plugins: tempfile::TempDir,
+    _cluster_dir: tempfile::TempDir,
+    _artifacts: tempfile::TempDir,
+    cluster: LocalCluster,
+    factory: SharedInformerFactory,
+    runtime: Runtime,
+    host: Arc<PluginHost>,
+    recorded: Arc<Recorded>,
+    cancel: CancellationToken,
+    watching: tokio::task::JoinHandle<()>,
+    /// Every resourceVersion written per ConfigMap key, in order.
+    written: Arc<Mutex<BTreeMap<String, Vec<u64>>>>,
+}
+
+impl Harness {
+    async fn start(settle: Duration) -> Self {
+        let cluster_dir = tempfile::tempdir().unwrap();
+        let plugins = tempfile::tempdir().unwrap();
+        let artifacts = tempfile::tempdir().unwrap();
+        let (cluster, _) = LocalCluster::open(cluster_dir.path()).unwrap();
+        let factory =
+            SharedInformerFactory::new(Arc::new(cluster.clone()), ReflectorConfig::default());
+        let runtime = Runtime::new(RuntimeConfig {
+            artifact_cache: Some(artifacts.path().join("cache")),
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let resolving = cluster.clone();
+        let resolve: Resolver =
+            Arc::new(move |gvk: &Gvk| resolving.resolve(&gvk.api_version(), &gvk.kind));
+        let recorded = Arc::new(Recorded::default());
+        let config: Config = toml::from_str(CONFIG).unwrap();
+        let host = Arc::new(PluginHost::new(
+            runtime.clone(),
+            factory.clone(),
+            resolve,
+            recorded.clone(),
+            WorkqueueMetrics::register(&mut prometheus_client::registry::Registry::default()),
+            config,
+            None,
+        ));
+        let dir = PluginDir::new(
+            plugins.path(),
+            DirConfig {
+                settle,
+                ..DirConfig::default()
+            },
+        )
+        .unwrap();
+        let cancel = CancellationToken::new();
+        let applying = host.clone();
+        let watching = tokio::spawn(watch(dir, cancel.clone(), move |changes| {
+            let host = applying.clone();
+            async move { host.apply(changes).await }
+        }));
+        Self {
+            plugins,
+            _cluster_dir: cluster_dir,
+            _artifacts: artifacts,
+            cluster,
+            factory,
+            runtime,
+            host,
+            recorded,
+            cancel,
+            watching,
+            written: Arc::default(),
+        }
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.plugins.path().join(name)
+    }
+
+    /// Publishes `bytes` as `file` the atomic way: write aside, rename into place.
+    fn publish(&self, file: &str, bytes: &[u8]) -> Instant {
+        let aside = self.file(&format!(".{file}.tmp"));
+        std::fs::write(&aside, bytes).unwrap();
+        std::fs::rename(&aside, self.file(file)).unwrap();
+        Instant::now()
+    }
+
+    fn report(&self, file: &str) -> Option<PluginReport> {
+        let path = self.file(file);
+        self.host.reports().into_iter().find(|r| r.file == path)
+    }
+
+    fn loads(&self) -> (u64, u64) {
+        let counts = self.host.reload_counts();
+        (
+            counts.success.load(Ordering::Relaxed),
+            counts.failure.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Creates or updates ConfigMap `default/<name>` and remembers the version written.
+    fn write_config_map(&self, name: &str, value: u64) {
+        let json = format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"default"}},"data":{{"n":"{value}"}}}}"#
+        );
+        let written = self.cluster.server().apply(&config_maps(), &json).unwrap();
+        self.written
+            .lock()
+            .unwrap()
+            .entry(format!("default/{name}"))
+            .or_default()
+            .push(written.resource_version);
+    }
+
+    /// Updates `count` ConfigMaps round-robin every millisecond until the token fires.
+    fn churn(
+        self: &Arc<Self>,
+        count: usize,
+        stop: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.is_cancelled() {
+                this.write_config_map(&format!("cm-{}", n as usize % count), n);
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    }
+
+    async fn stop(self) {
+        self.cancel.cancel();
+        self.watching.await.unwrap();
+        self.host.stop().await;
+        self.factory.shutdown().await;
+    }
+}
+
+async fn eventually(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// Every key's handled resourceVersions, across all versions of the plugin, are exactly the
+/// versions written from the first one handled on: no gap, no duplicate.
+fn assert_exactly_once(harness: &Harness) -> usize {
+    let written = harness.written.lock().unwrap().clone();
+    let mut handled: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for record in harness.recorded.all() {
+        handled
+            .entry(record.key)
+            .or_default()
+            .push(record.resource_version);
+    }
+    assert_eq!(
+        handled.keys().collect::<Vec<_>>(),
+        written.keys().collect::<Vec<_>>()
+    );
+    let mut total = 0;
+    for (key, seen) in &handled {
+        let all = &written[key];
+        let from = all
+            .iter()
+            .position(|rv| *rv == seen[0])
+            .unwrap_or_else(|| panic!("{key}: first handled version {} never written", seen[0]));
+        assert_eq!(
+            seen,
+            &all[from..],
+            "{key}: handled versions differ from the versions written"
+        );
+        total += seen.len();
+    }
+    total
+}
+
+/// Waits until every key's last written version was handled.
+async fn drained(harness: &Harness) {
+    eventually("every write is handled", LONG, || {
+        let written = harness.written.lock().unwrap().clone();
+        let records = harness.recorded.all();
+        written.iter().all(|(key, rvs)| {
+            records
+                .iter()
+                .any(|r| &r.key == key && Some(&r.resource_version) == rvs.last())
+        })
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_in_replace_under_churn_and_remove() {
+    let harness = Arc::new(Harness::start(Duration::from_millis(100)).await);
+    for i in 0..10 {
+        harness.write_config_map(&format!("cm-{i}"), 0);
+    }
+    harness.publish("recorder.wasm", &guest_bytes("recorder"));
+    eventually("the first version handles the initial list", LONG, || {
+        harness.recorded.all().len() >= 10
+    })
+    .await;
+    let report = harness.report("recorder.wasm").unwrap();
+    assert_eq!(report.state, "running");
+    assert_eq!(report.version.as_deref(), Some("0.1.0"));
+
+    let stop = CancellationToken::new();
+    let churn = harness.churn(10, stop.clone());
+    for (round, next) in ["recorder-v2", "recorder", "recorder-v2"]
+        .iter()
+        .enumerate()
+    {
+        let expected = if round % 2 == 0 { "0.2.0" } else { "0.1.0" };
+        let renamed = harness.publish("recorder.wasm", &guest_bytes(next));
+        eventually("the new version handles a delta", LONG, || {
+            harness
+                .recorded
+                .all()
+                .iter()
+                .any(|r| r.version == expected && r.at > renamed)
+        })
+        .await;
+    }
+    stop.cancel();
+    churn.await.unwrap();
+    drained(&harness).await;
+    let handled = assert_exactly_once(&harness);
+    assert!(handled > 10, "churn was handled: {handled}");
+    let versions: Vec<String> =
+        harness
+            .recorded
+            .all()
+            .into_iter()
+            .map(|r| r.version)
+            .fold(Vec::new(), |mut runs, v| {
+                if runs.last() != Some(&v) {
+                    runs.push(v);
+                }
+                runs
+            });
+    assert_eq!(
+        versions,
+        ["0.1.0", "0.2.0", "0.1.0", "0.2.0"],
+        "one run per version"
+    );
+    let report = harness.report("recorder.wasm").unwrap();
+    assert_eq!(
+        report.events_delivered as usize, handled,
+        "totals survive swaps"
+    );
+    assert_eq!(harness.loads(), (4, 0));
+
+    std::fs::remove_file(harness.file("recorder.wasm")).unwrap();
+    eventually("the plugin is unloaded", LONG, || {
+        harness.host.reports().is_empty()
+    })
+    .await;
+    eventually("the unused informer stops", LONG, || {
+        harness.factory.keys().is_empty()
+    })
+    .await;
+    let before = harness.recorded.all().len();
+    harness.write_config_map("cm-0", 1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        harness.recorded.all().len(),
+        before,
+        "no delivery after removal"
+    );
+    let live = harness.runtime.live();
+    assert_eq!((live.plugins, live.instances), (0, 0), "{live:?}");
+    Arc::into_inner(harness).unwrap().stop().await;
+}
+
+/// `kubeplug:plugin/handler@0.1.0` renamed to `@0.2.0` (same length): a component of another
+/// version of the interface.
+fn other_interface_version(mut bytes: Vec<u8>) -> Vec<u8> {
+    let from = b"kubeplug:plugin/handler@0.1.0";
+    let to = b"kubeplug:plugin/handler@0.2.0";
+    let mut replaced = 0;
+    let mut at = 0;
+    while let Some(offset) = bytes[at..].windows(from.len()).position(|w| w == from) {
+        let start = at + offset;
+        bytes[start..start + from.len()].copy_from_slice(to);
+        at = start + from.len();
+        replaced += 1;
+    }
+    assert!(replaced > 0, "the guest exports the handler interface");
+    bytes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_replacement_leaves_the_old_version_serving() {
+    let harness = Harness::start(Duration::from_millis(100)).await;
+    harness.write_config_map("cm-0", 0);
+    harness.publish("recorder.wasm", &guest_bytes("recorder"));
+    eventually("the plugin runs", LONG, || {
+        !harness.recorded.all().is_empty()
+    })
+    .await;
+    let good = harness.report("recorder.wasm").unwrap().hash;
+
+    let recorder = guest_bytes("recorder");
+    let broken: Vec<(&str, Vec<u8>, &[&str])> = vec![
+        ("empty", Vec::new(), &["compile", "the file is empty"]),
+        (
+            "truncated",
+            recorder[..recorder.len() / 2].to_vec(),
+            &["compile"],
+        ),
+        (
+            "not wasm",
+            b"#!/bin/sh\necho hi\n".to_vec(),
+            &["compile", "not a WebAssembly binary"],
+        ),
+        (
+            "core module",
+            b"\0asm\x01\0\0\0".to_vec(),
+            &["compile", "core WebAssembly module, not a component"],
+        ),
+        (
+            "missing every export",
+            b"\0asm\x0d\0\x01\0".to_vec(),
+            &[
+                "link against the kubeplug:plugin world",
+                "kubeplug:plugin/handler@0.1.0",
+            ],
+        ),
+        (
+            "another interface version",
+            other_interface_version(recorder.clone()),
+            &[
+                "link against the kubeplug:plugin world",
+                "kubeplug:plugin/handler@0.1.0",
+            ],
+        ),
+        (
+            "trapping in describe",
+            guest_bytes("recorder-describe-trap"),
+            &["describe", "trapped", "unreachable"],
+        ),
+        (
+            "slow in describe",
+            guest_bytes("recorder-describe-slow"),
+            &["describe", "exceeded its 300ms deadline"],
+        ),
+        (
+            "asking for an unknown kind",
+            guest_bytes("recorder-unknown-kind"),
+            &["resolve", "example.com/v1/Widget", "does not serve"],
+        ),
+    ];
+    for (n, (what, bytes, expected)) in broken.into_iter().enumerate() {
+        harness.publish("recorder.wasm", &bytes);
+        eventually(what, LONG, || harness.loads().1 == n as u64 + 1).await;
+        let report = harness.report("recorder.wasm").unwrap();
+        assert_eq!(report.state, "running", "{what}: the old version serves");
+        assert_eq!(report.hash, good, "{what}: the old version serves");
+        assert_eq!(report.version.as_deref(), Some("0.1.0"));
+        let error = report.last_error.unwrap_or_default();
+        assert!(
+            error.contains(&harness.file("recorder.wasm").display().to_string()),
+            "{what}: {error} names the file"
+        );
+        for part in expected {
+            assert!(
+                error.contains(part),
+                "{what}: {error:?} should say {part:?}"
+            );
+        }
+        let before = harness.recorded.all().len();
+        harness.write_config_map("cm-0", n as u64 + 1);
+        eventually("the old version still handles deltas", LONG, || {
+            harness.recorded.all().len() > before
+        })
+        .await;
+    }
+    assert_eq!(harness.loads().0, 1);
+    // A working file again clears the error.
+    harness.publish("recorder.wasm", &guest_bytes("recorder-v2"));
+    eventually("the fixed file loads", LONG, || harness.loads().0 == 2).await;
+    let report = harness.report("recorder.wasm").unwrap();
+    assert_eq!(report.version.as_deref(), Some("0.2.0"));
+    assert_eq!(report.last_error, None);
+    harness.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_written_slowly_in_place_is_loaded_once_complete() {
+    let harness = Harness::start(Duration::from_millis(300)).await;
+    harness.write_config_map("cm-0", 0);
+    let bytes = guest_bytes("recorder");
+    let path = harness.file("recorder.wasm");
+    {
+        use std::io::Write as _;
+        let mut file = std::fs::File::create(&path).unwrap();
+        for chunk in bytes.chunks(bytes.len() / 8 + 1) {
+            file.write_all(chunk).unwrap();
+            file.flush().unwrap();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+    }
+    eventually("the plugin runs", LONG, || {
+        !harness.recorded.all().is_empty()
+    })
+    .await;
+    assert_eq!(harness.loads(), (1, 0), "loaded once, never half-written");
+    harness.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configmap_volume_swap_reloads_exactly_the_changed_plugins() {
+    let harness = Harness::start(Duration::from_millis(100)).await;
+    let root = harness.plugins.path();
+    let version = |dir: &str, recorder: &str| {
+        std::fs::create_dir(root.join(dir)).unwrap();
+        std::fs::write(root.join(dir).join("recorder.wasm"), guest_bytes(recorder)).unwrap();
+        std::fs::write(
+            root.join(dir).join("reader.wasm"),
+            guest_bytes("label-reader"),
+        )
+        .unwrap();
+    };
+    version("..2026_11_29_a", "recorder");
+    std::os::unix::fs::symlink("..2026_11_29_a", root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    for file in ["recorder.wasm", "reader.wasm"] {
+        std::os::unix::fs::symlink(format!("..data/{file}"), root.join(file)).unwrap();
+    }
+    eventually("both plugins run", LONG, || harness.loads() == (2, 0)).await;
+    let reader_loaded = harness.report("reader.wasm").unwrap().loaded_at_ms;
+
+    version("..2026_11_29_b", "recorder-v2");
+    std::os::unix::fs::symlink("..2026_11_29_b", root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    std::fs::remove_dir_all(root.join("..2026_11_29_a")).unwrap();
+    eventually("the changed plugin reloads", LONG, || {
+        harness.loads() == (3, 0)
+    })
+    .await;
+    let recorder = harness.report("recorder.wasm").unwrap();
+    assert_eq!(recorder.version.as_deref(), Some("0.2.0"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        harness.loads(),
+        (3, 0),
+        "the unchanged plugin is not reloaded"
+    );
+    assert_eq!(
+        harness.report("reader.wasm").unwrap().loaded_at_ms,
+        reader_loaded
+    );
+
+    // A link that leaves the directory is refused; the version serving stays.
+    std::fs::remove_file(root.join("recorder.wasm")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", root.join("recorder.wasm")).unwrap();
+    eventually("the escaping link is refused", LONG, || {
+        harness.loads().1 == 1
+    })
+    .await;
+    let recorder = harness.report("recorder.wasm").unwrap();
+    assert_eq!(recorder.state, "running");
+    assert_eq!(recorder.version.as_deref(), Some("0.2.0"));
+    assert!(
+        recorder
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("outside the plugins directory")),
+        "{recorder:?}"
+    );
+    harness.stop().await;
+}
+
+/// The swap with different subscriptions: new registrations, the cache replayed as initial
+/// adds, the old informer stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_with_other_subscriptions_gets_new_registrations() {
+    let harness = Harness::start(Duration::from_millis(100)).await;
+    harness.write_config_map("cm-0", 0);
+    harness.publish("recorder.wasm", &guest_bytes("recorder"));
+    eventually("the recorder runs", LONG, || {
+        !harness.recorded.all().is_empty()
+    })
+    .await;
+    assert_eq!(harness.factory.keys().len(), 1);
+    harness.publish("recorder.wasm", &guest_bytes("label-reader"));
+    eventually("the reader replaced it", LONG, || {
+        harness
+            .report("recorder.wasm")
+            .is_some_and(|r| r.name.as_deref() == Some("label-reader"))
+    })
+    .await;
+    let keys = harness.factory.keys();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert_eq!(
+        keys[0].resource.kind, "Pod",
+        "the ConfigMap informer stopped"
+    );
+    harness.stop().await;
+}
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// R4: swaps between two versions under churn; nothing lost or duplicated, and retired
+/// versions give back their stores and instances. 100 swaps by default, 1,000 with
+/// `KUBEPLUG_STORM_FULL=1`; prints the swap latency (rename to first delta handled by the
+/// new version) and RSS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_storm() {
+    let swaps: usize = if std::env::var_os("KUBEPLUG_STORM_FULL").is_some() {
+        1000
+    } else {
+        100
+    };
+    let harness = Arc::new(Harness::start(Duration::from_millis(100)).await);
+    for i in 0..20 {
+        harness.write_config_map(&format!("cm-{i}"), 0);
+    }
+    let versions = [guest_bytes("recorder"), guest_bytes("recorder-v2")];
+    let names = ["0.1.0", "0.2.0"];
+    harness.publish("recorder.wasm", &versions[0]);
+    eventually("the first version runs", LONG, || {
+        harness.recorded.all().len() >= 20
+    })
+    .await;
+    let stop = CancellationToken::new();
+    let churn = harness.churn(20, stop.clone());
+    let mut latencies = Vec::new();
+    let mut first_uncached = None;
+    let mut rss_after_100 = 0;
+    for swap in 1..=swaps {
+        let next = swap % 2;
+        let renamed = harness.publish("recorder.wasm", &versions[next]);
+        let mut first = None;
+        eventually("the new version handles a delta", LONG, || {
+            first = harness
+                .recorded
+                .all()
+                .iter()
+                .find(|r| r.version == names[next] && r.at > renamed)
+                .map(|r| r.at - renamed);
+            first.is_some()
+        })
+        .await;
+        let latency = first.expect("found above");
+        if swap == 1 {
+            first_uncached = Some(latency);
+        } else {
+            latencies.push(latency);
+        }
+        if swap == 100.min(swaps) {
+            rss_after_100 = rss_kib();
+        }
+    }
+    stop.cancel();
+    churn.await.unwrap();
+    drained(&harness).await;
+    let handled = assert_exactly_once(&harness);
+    assert_eq!(harness.loads(), (swaps as u64 + 1, 0));
+    eventually("retired versions are dropped", LONG, || {
+        let live = harness.runtime.live();
+        live.plugins == 1 && live.instances <= 1
+    })
+    .await;
+    latencies.sort();
+    let rss_end = rss_kib();
+    #[allow(clippy::print_stdout)]
+    {
+        println!(
+            "reload storm: {swaps} swaps, {handled} deltas handled, 0 lost, 0 duplicated; \
+             rename → first delta on the new version: uncached {:?}, cached p50 {:?} p99 {:?} \
+             max {:?}; RSS after {} swaps {rss_after_100} KiB, at the end {rss_end} KiB; \
+             live after: {:?}",
+            first_uncached.unwrap(),
+            percentile(&latencies, 0.5),
+            percentile(&latencies, 0.99),
+            latencies.last().unwrap(),
+            100.min(swaps),
+            harness.runtime.live(),
+        );
+    }
+    Arc::into_inner(harness).unwrap().stop().await;
+}
