@@ -121,6 +121,34 @@ pub fn gvk(group: &str, version: &str, kind: &str) -> Gvk {
     }
 }
 
+impl Gvk {
+    /// The `apiVersion` of objects of this type: `group/version`, or `version` for the core
+    /// group (`apps/v1`, `v1`).
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
+impl Error {
+    /// The failure for humans: its kind, then the host's message, e.g.
+    /// `not permitted: plugin x may not patch apps/v1/Deployment`. (The `Display` that
+    /// wit-bindgen generates prints the Rust variant instead.)
+    pub fn explain(&self) -> String {
+        let (kind, message) = match self {
+            Error::NotFound(m) => ("not found", m),
+            Error::NotPermitted(m) => ("not permitted", m),
+            Error::InvalidInput(m) => ("invalid input", m),
+            Error::Conflict(m) => ("conflict", m),
+            Error::Unavailable(m) => ("unavailable", m),
+        };
+        format!("{kind}: {message}")
+    }
+}
+
 impl Description {
     /// An events-mode description with no indexes, reads or writes.
     pub fn events(name: &str, version: &str, subscriptions: Vec<Subscription>) -> Self {
@@ -168,6 +196,27 @@ impl Subscription {
     pub fn with_json(mut self) -> Self {
         self.wants_object_json = true;
         self
+    }
+
+    /// Reconcile mode: enqueue the keys `mapping` gives instead of the object's own key,
+    /// e.g. `KeyMapping::Computed` to have [`Plugin::map_event`] name them.
+    pub fn enqueue(mut self, mapping: KeyMapping) -> Self {
+        self.enqueue = mapping;
+        self
+    }
+}
+
+impl IndexDecl {
+    /// A custom index `name` on `resource_type` that files each object under the values
+    /// found at `path` in its JSON (dotted fields, `[*]` iterates over an array, e.g.
+    /// `spec.template.spec.volumes[*].configMap.name`). The host evaluates it; query it
+    /// with `cache::by_index(resource_type, name, value)`.
+    pub fn path(name: &str, resource_type: Gvk, path: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            resource_type,
+            spec: IndexSpec::Path(path.to_owned()),
+        }
     }
 }
 
@@ -226,6 +275,15 @@ impl CachedObject {
 }
 
 impl ObjectRef {
+    /// A reference to `name` of `resource_type`, in `namespace` (`None` when cluster-scoped).
+    pub fn new(resource_type: Gvk, namespace: Option<&str>, name: &str) -> Self {
+        Self {
+            resource_type,
+            namespace: namespace.map(str::to_owned),
+            name: name.to_owned(),
+        }
+    }
+
     /// The referenced object's key.
     pub fn key(&self) -> String {
         key_of(self.namespace.as_deref(), &self.name)
@@ -264,6 +322,11 @@ pub mod log {
             .collect()
     }
 
+    /// Logs at `debug` with key/value fields.
+    pub fn debug(message: &str, pairs: &[(&str, &str)]) {
+        log(Level::Debug, message, &fields(pairs));
+    }
+
     /// Logs at `info` with key/value fields.
     pub fn info(message: &str, pairs: &[(&str, &str)]) {
         log(Level::Info, message, &fields(pairs));
@@ -280,9 +343,47 @@ pub mod log {
     }
 }
 
-/// Writes to the cluster, gated by the host's grants.
+/// Writes to the cluster, gated by the host's grants (the raw imports, plus helpers).
 pub mod cluster {
+    // The glob brings `Error` and `ObjectRef`, the same types as the crate root's.
     pub use crate::bindings::kubeplug::plugin::cluster::*;
+    use serde_json::{Map, Value};
+
+    /// Server-side apply of `fields` as the object `target`, with the host's field manager
+    /// `kubeplug/<plugin>`. `apiVersion`, `kind`, `metadata.name` and `metadata.namespace`
+    /// are filled in from `target`, so `fields` holds only what the plugin manages: with
+    /// server-side apply, a field the plugin applied before and leaves out now is removed.
+    /// `fields` must be a JSON object (else `invalid-input`). Returns the object as stored.
+    pub fn apply_fields(target: &ObjectRef, fields: Value, force: bool) -> Result<String, Error> {
+        let Value::Object(mut manifest) = fields else {
+            return Err(Error::InvalidInput(format!(
+                "apply of {} {}: the fields must be a JSON object",
+                target.resource_type.kind,
+                target.key()
+            )));
+        };
+        manifest.insert(
+            "apiVersion".into(),
+            target.resource_type.api_version().into(),
+        );
+        manifest.insert("kind".into(), target.resource_type.kind.clone().into());
+        let metadata = manifest
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Map::new()));
+        let Value::Object(metadata) = metadata else {
+            return Err(Error::InvalidInput(format!(
+                "apply of {} {}: metadata must be a JSON object",
+                target.resource_type.kind,
+                target.key()
+            )));
+        };
+        metadata.insert("name".into(), target.name.clone().into());
+        match &target.namespace {
+            Some(namespace) => metadata.insert("namespace".into(), namespace.clone().into()),
+            None => metadata.remove("namespace"),
+        };
+        apply(target, &Value::Object(manifest).to_string(), force)
+    }
 }
 
 /// Plugin-defined counters and gauges.

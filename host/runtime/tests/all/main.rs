@@ -4,6 +4,7 @@
 
 mod artifacts;
 mod events;
+mod examples;
 mod fixtures;
 mod grants;
 mod hostile;
