@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 use kubeplug_informer::memory::MemoryServer;
-use kubeplug_runtime::reconcile::run_reconcile;
-use kubeplug_runtime::{Grants, ObjectRef, PluginLimits, WriteVerb};
+use kubeplug_runtime::reconcile::{drive_reconcile, run_reconcile};
+use kubeplug_runtime::{DriverControl, DriverError, Grants, ObjectRef, PluginLimits, WriteVerb};
 use kubeplug_workqueue::{ItemExponential, Queue};
 
 use crate::fixtures::*;
@@ -124,5 +124,90 @@ async fn requeue_error_backoff_and_one_worker_per_key() -> Result<()> {
     queue.shut_down();
     reconciler.workers.abort();
     informer.stop().await;
+    Ok(())
+}
+
+/// Hot reload in reconcile mode: the queue and listeners stay, the next keys go to the new
+/// version, an incompatible version is refused, and a stop ends the workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swapped_version_takes_the_next_keys() -> Result<()> {
+    let server = MemoryServer::new();
+    let names: Vec<String> = (0..4).map(|i| format!("ok-{i}")).collect();
+    for name in &names {
+        server
+            .create(&config_maps(), &config_map(name, "ok", 0))
+            .unwrap();
+    }
+    let (informer, receivers) = informer(&server, config_maps(), 1);
+    let recorder = Arc::new(Recorder::default());
+    let runtime = runtime();
+    let caches = BTreeMap::from([(gvk(&config_maps()), informer.indexer().clone())]);
+    let grants = Grants::default().allow_write(observations(), WriteVerb::Create);
+    let version = || {
+        load(
+            &runtime,
+            "reconciler",
+            caches.clone(),
+            recorder.clone(),
+            grants.clone(),
+            PluginLimits::default(),
+        )
+    };
+    let (old, new) = (version().await?, version().await?);
+    let control = DriverControl::new(old.clone());
+    let queue: Queue<ObjectRef> = Queue::builder("swap").build();
+    let reconciler = drive_reconcile(&control, receivers, queue.clone())?;
+    until(
+        "the first version reconciles",
+        Duration::from_secs(60),
+        || old.status().reconciles >= 4,
+    )
+    .await?;
+
+    let reader = load(
+        &runtime,
+        "label-reader",
+        BTreeMap::new(),
+        recorder.clone(),
+        Grants::default(),
+        PluginLimits::default(),
+    )
+    .await?;
+    assert!(matches!(
+        control.replace(reader),
+        Err(DriverError::Incompatible {
+            what: "subscriptions",
+            ..
+        })
+    ));
+    let replaced = control.replace(new.clone())?.expect("it was running");
+    assert!(Arc::ptr_eq(&replaced, &old));
+    let old_calls = old.status().reconciles;
+    for name in &names {
+        server
+            .update(&config_maps(), &config_map(name, "ok", 1))
+            .unwrap();
+    }
+    until(
+        "the new version reconciles",
+        Duration::from_secs(60),
+        || new.status().reconciles >= 4,
+    )
+    .await?;
+    assert!(
+        old.status().reconciles <= old_calls + 2,
+        "at most the calls in flight finish on the old version"
+    );
+
+    control.stop();
+    queue.shut_down();
+    reconciler.workers.join().await;
+    for feeder in reconciler.feeders {
+        feeder.await?;
+    }
+    informer.stop().await;
+    drop((old, new, replaced));
+    let live = runtime.live();
+    assert_eq!((live.plugins, live.instances), (0, 0), "{live:?}");
     Ok(())
 }
