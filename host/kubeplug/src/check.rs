@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use kubeplug_informer::indexer::{Indexer, new_indexer};
 use kubeplug_runtime::description::IndexSource;
 use kubeplug_runtime::{
-    CacheView, Delivery, Description, Gvk, KeyMapping, NoCluster, PluginSpec, Runtime,
+    CacheView, Delivery, Description, Gvk, KeyMapping, NoCluster, Plugin, PluginSpec, Runtime,
     RuntimeConfig,
 };
 
@@ -30,18 +30,38 @@ impl CacheView for EmptyCaches {
 /// validation) and prints its description; any failure is the error, naming file and stage.
 pub(crate) async fn check(args: CheckArgs) -> anyhow::Result<()> {
     let config = Config::load(args.config.as_deref())?;
-    let bytes = std::fs::read(&args.plugin)
-        .with_context(|| format!("cannot read the plugin {}", args.plugin.display()))?;
-    let (settings, grants, limits) =
-        plugin_settings(&config, &args.plugin).map_err(anyhow::Error::msg)?;
-    let runtime = Runtime::new(RuntimeConfig {
+    let runtime = offline_runtime()?;
+    let plugin = load_offline(&runtime, &args.plugin, &config).await?;
+    // The description is this command's output.
+    #[allow(clippy::print_stdout)]
+    {
+        print!("{}", render(plugin.description(), &args.plugin));
+    }
+    Ok(())
+}
+
+/// An engine for commands that load plugins without running them: no artefact cache, so
+/// nothing is written on the user's machine.
+pub(crate) fn offline_runtime() -> anyhow::Result<Runtime> {
+    Runtime::new(RuntimeConfig {
         artifact_cache: None,
         ..RuntimeConfig::default()
     })
-    .context("cannot start the WebAssembly engine")?;
-    let plugin = runtime
+    .context("cannot start the WebAssembly engine")
+}
+
+/// Loads `path` with its configured settings against empty caches and no cluster.
+pub(crate) async fn load_offline(
+    runtime: &Runtime,
+    path: &Path,
+    config: &Config,
+) -> anyhow::Result<Plugin> {
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("cannot read the plugin {}", path.display()))?;
+    let (settings, grants, limits) = plugin_settings(config, path).map_err(anyhow::Error::msg)?;
+    Ok(runtime
         .load(PluginSpec {
-            path: args.plugin.clone(),
+            path: path.to_owned(),
             bytes,
             settings,
             grants,
@@ -49,13 +69,7 @@ pub(crate) async fn check(args: CheckArgs) -> anyhow::Result<()> {
             cache: Arc::new(EmptyCaches),
             writer: Arc::new(NoCluster),
         })
-        .await?;
-    // The description is this command's output.
-    #[allow(clippy::print_stdout)]
-    {
-        print!("{}", render(plugin.description(), &args.plugin));
-    }
-    Ok(())
+        .await?)
 }
 
 fn render(description: &Description, path: &Path) -> String {

@@ -22,6 +22,10 @@ pub(crate) enum Command {
     /// Validate a plugin offline: compile it, call `describe()`, and print what it subscribes
     /// to, its delivery mode, and the reads and writes it asks for.
     Check(CheckArgs),
+    /// Print the RBAC rules (a ClusterRole or Role and its binding, as YAML) that the plugins
+    /// of a directory need: list and watch of what they subscribe to and the reads their
+    /// grants allow, and the writes both they ask for and their grants allow.
+    Rbac(RbacArgs),
 }
 
 /// Flags of `kubeplug check`.
@@ -34,6 +38,40 @@ pub(crate) struct CheckArgs {
     /// Configuration file whose `[plugins.NAME]` settings and grants to use, as `run` would.
     #[arg(long, env = "KUBEPLUG_CONFIG", value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
+}
+
+/// Flags of `kubeplug rbac`.
+#[derive(Debug, Args)]
+pub(crate) struct RbacArgs {
+    /// Directory of compiled plugins (`*.wasm`), as given to `run`.
+    #[arg(long, env = "KUBEPLUG_PLUGINS", value_name = "DIR")]
+    pub(crate) plugins: PathBuf,
+
+    /// Configuration file with the plugins' settings and grants, as given to `run`.
+    #[arg(long, env = "KUBEPLUG_CONFIG", value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+
+    /// The namespace the host is limited to: namespaced rules go to a Role there, and only
+    /// cluster-scoped ones to a ClusterRole.
+    #[arg(long, env = "KUBEPLUG_NAMESPACE", value_name = "NS")]
+    pub(crate) namespace: Option<String>,
+
+    /// Manifests (a directory of YAML) whose CustomResourceDefinitions name the custom kinds
+    /// plugins use.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) crds: Option<PathBuf>,
+
+    /// Name of the roles and bindings.
+    #[arg(long, default_value = "kubeplug")]
+    pub(crate) name: String,
+
+    /// The host's ServiceAccount.
+    #[arg(long, default_value = "kubeplug")]
+    pub(crate) service_account: String,
+
+    /// The namespace of the host's ServiceAccount.
+    #[arg(long, default_value = "kubeplug")]
+    pub(crate) service_account_namespace: String,
 }
 
 /// Flags of `kubeplug run`.

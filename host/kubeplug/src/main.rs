@@ -7,6 +7,7 @@ mod config;
 mod http;
 mod metrics;
 mod plugins;
+mod rbac;
 mod run;
 mod writer;
 
@@ -37,6 +38,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         cli::Command::Run(args) => runtime.block_on(run::run(args)),
         cli::Command::Check(args) => runtime.block_on(check::check(args)),
+        cli::Command::Rbac(args) => runtime.block_on(rbac::rbac(args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -370,3 +370,74 @@ fn a_running_host_serves_probes_metrics_and_plugin_status_and_follows_the_manife
     std::fs::remove_file(plugins.path().join("reconciler.wasm")).unwrap();
     host.wait_for("/plugins", |_, body| !body.contains("reconciler.wasm"));
 }
+
+#[test]
+fn rbac_prints_the_rules_the_plugins_and_their_grants_need() {
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        built_plugin("label-audit"),
+        plugins.path().join("label-audit.wasm"),
+    )
+    .unwrap();
+    let config = plugins.path().join("kubeplug.toml");
+    let rules = |extra: &[&str]| -> Vec<serde_json::Value> {
+        let output = kubeplug()
+            .arg("rbac")
+            .arg("--plugins")
+            .arg(plugins.path())
+            .arg("--config")
+            .arg(&config)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let text = String::from_utf8(output.stdout).unwrap();
+        text.split("\n---\n")
+            .map(|doc| serde_yaml_ng::from_str(doc).unwrap())
+            .collect()
+    };
+    let verbs = |docs: &[serde_json::Value], kind: &str, resource: &str| -> Vec<String> {
+        docs.iter()
+            .filter(|d| d["kind"] == kind)
+            .flat_map(|d| d["rules"].as_array().unwrap().iter())
+            .filter(|r| r["resources"][0] == resource)
+            .flat_map(|r| r["verbs"].as_array().unwrap().iter())
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    // Without a grant, the plugin's wish to record Events needs no rule.
+    std::fs::write(&config, "").unwrap();
+    let docs = rules(&[]);
+    assert_eq!(
+        verbs(&docs, "ClusterRole", "deployments"),
+        ["get", "list", "watch"]
+    );
+    assert_eq!(
+        verbs(&docs, "ClusterRole", "pods"),
+        ["get", "list", "watch"]
+    );
+    assert!(verbs(&docs, "ClusterRole", "events").is_empty());
+    assert_eq!(docs[1]["kind"], "ClusterRoleBinding");
+    assert_eq!(docs[1]["subjects"][0]["name"], "kubeplug");
+
+    std::fs::write(
+        &config,
+        "[plugins.label-audit.grants]\nwrite = { \"apps/v1/Deployment\" = [\"record-event\"] }\n",
+    )
+    .unwrap();
+    let docs = rules(&["--namespace", "team-a"]);
+    assert_eq!(docs[0]["kind"], "Role");
+    assert_eq!(docs[0]["metadata"]["namespace"], "team-a");
+    assert_eq!(verbs(&docs, "Role", "events"), ["create", "patch"]);
+    assert_eq!(docs.len(), 2, "no cluster-scoped rules are needed");
+
+    fails_naming(
+        &["rbac", "--plugins", "/nonexistent/kubeplug-plugins"],
+        &["/nonexistent/kubeplug-plugins"],
+    );
+}

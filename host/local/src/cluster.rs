@@ -193,6 +193,11 @@ impl LocalCluster {
         &self.dir
     }
 
+    /// The kinds served now: the built-in ones and those the manifests' CRDs declare.
+    pub fn registry(&self) -> KindRegistry {
+        self.lock().registry.clone()
+    }
+
     /// The resource serving `kind` at `api_version`, built in or declared by a CRD.
     pub fn resolve(&self, api_version: &str, kind: &str) -> Option<Resource> {
         self.lock().registry.resolve(api_version, kind).cloned()

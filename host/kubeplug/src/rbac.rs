@@ -1,0 +1,229 @@
+//! `kubeplug rbac`: the RBAC rules the plugins of a directory need, as YAML to apply.
+//!
+//! The host lists and watches what plugins subscribe to and the reads their grants allow, and
+//! makes only the writes both the plugin asks for and its grants allow: those are the rules.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use kubeplug_informer::resource::Resource;
+use kubeplug_local::{KindRegistry, LocalCluster};
+use kubeplug_runtime::{Gvk, Plugin, WriteVerb};
+use serde_json::{Value, json};
+
+use crate::check::{load_offline, offline_runtime};
+use crate::cli::RbacArgs;
+use crate::config::Config;
+
+/// The verbs one write needs. Server-side apply is authorised as `create` when the object
+/// does not exist yet, and as `patch` otherwise.
+fn verbs_of(verb: WriteVerb) -> &'static [&'static str] {
+    match verb {
+        WriteVerb::Apply => &["create", "patch"],
+        WriteVerb::Patch | WriteVerb::PatchStatus => &["patch"],
+        WriteVerb::Create => &["create"],
+        WriteVerb::Delete => &["delete"],
+        // Events are created; `patch` lets a later version aggregate repeats as client-go does.
+        WriteVerb::RecordEvent => &["create", "patch"],
+    }
+}
+
+/// Verbs per (API group, resource, namespaced), the namespaced flag deciding Role or
+/// ClusterRole.
+type Rules = BTreeMap<(String, String, bool), BTreeSet<&'static str>>;
+
+/// Maps resource types to their plural names and scope.
+struct Kinds {
+    registry: KindRegistry,
+    /// Where custom kinds can be declared, for the error message.
+    crds: Option<PathBuf>,
+}
+
+impl Kinds {
+    fn resource(&self, gvk: &Gvk, plugin: &Plugin) -> anyhow::Result<Resource> {
+        if let Some(resource) = self.registry.resolve(&gvk.api_version(), &gvk.kind) {
+            return Ok(resource.clone());
+        }
+        let hint = match &self.crds {
+            Some(dir) => format!(
+                "no CustomResourceDefinition in {} declares it",
+                dir.display()
+            ),
+            None => "pass --crds DIR with its CustomResourceDefinition".to_owned(),
+        };
+        bail!(
+            "{}: plugin {} uses {gvk}, which is not a built-in kind: {hint}",
+            plugin.path().display(),
+            plugin.name()
+        )
+    }
+}
+
+/// What one plugin needs.
+fn add_rules(
+    plugin: &Plugin,
+    grants: &kubeplug_runtime::Grants,
+    kinds: &Kinds,
+    rules: &mut Rules,
+) -> anyhow::Result<()> {
+    let description = plugin.description();
+    let mut add = |gvk: &Gvk, suffix: &str, verbs: &[&'static str]| -> anyhow::Result<()> {
+        let resource = kinds.resource(gvk, plugin)?;
+        let key = (
+            resource.group.clone(),
+            format!("{}{suffix}", resource.plural),
+            resource.namespaced,
+        );
+        rules.entry(key).or_default().extend(verbs);
+        Ok(())
+    };
+    const READ: &[&str] = &["get", "list", "watch"];
+    for subscribed in description.subscribed() {
+        add(subscribed, "", READ)?;
+    }
+    for read in description
+        .reads
+        .iter()
+        .filter(|r| grants.read.contains(*r))
+    {
+        add(read, "", READ)?;
+    }
+    for (resource, asked) in &description.writes {
+        let granted = grants.write.get(resource);
+        for verb in asked
+            .iter()
+            .filter(|v| granted.is_some_and(|g| g.contains(*v)))
+        {
+            match verb {
+                WriteVerb::RecordEvent => {
+                    let events = Gvk::new("events.k8s.io", "v1", "Event");
+                    add(&events, "", verbs_of(*verb))?;
+                }
+                WriteVerb::PatchStatus => add(resource, "/status", verbs_of(*verb))?,
+                _ => add(resource, "", verbs_of(*verb))?,
+            }
+        }
+    }
+    Ok(())
+}
+
+fn rule_list(rules: &Rules, namespaced: Option<bool>) -> Vec<Value> {
+    rules
+        .iter()
+        .filter(|((_, _, scoped), _)| namespaced.is_none_or(|n| n == *scoped))
+        .map(|((group, resource, _), verbs)| {
+            json!({"apiGroups": [group], "resources": [resource], "verbs": verbs})
+        })
+        .collect()
+}
+
+/// The Role/ClusterRole and binding documents for `rules`.
+fn documents(rules: &Rules, args: &RbacArgs) -> Vec<Value> {
+    let subject = json!([{
+        "kind": "ServiceAccount",
+        "name": args.service_account,
+        "namespace": args.service_account_namespace,
+    }]);
+    let cluster_role = |rules: Vec<Value>| {
+        [
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": args.name},
+                "rules": rules,
+            }),
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": args.name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": args.name},
+                "subjects": subject,
+            }),
+        ]
+    };
+    match &args.namespace {
+        None => cluster_role(rule_list(rules, None)).into(),
+        Some(namespace) => {
+            let mut documents = vec![
+                json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "Role",
+                    "metadata": {"name": args.name, "namespace": namespace},
+                    "rules": rule_list(rules, Some(true)),
+                }),
+                json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "RoleBinding",
+                    "metadata": {"name": args.name, "namespace": namespace},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": args.name},
+                    "subjects": subject,
+                }),
+            ];
+            let cluster_scoped = rule_list(rules, Some(false));
+            if !cluster_scoped.is_empty() {
+                documents.extend(cluster_role(cluster_scoped));
+            }
+            documents
+        }
+    }
+}
+
+/// The plugin files of `dir`, as `run` would load them at start.
+fn plugin_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot list the plugins directory {}", dir.display()))?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            name.is_some_and(|n| n.ends_with(".wasm") && !n.starts_with('.'))
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Loads every plugin of the directory offline and prints the RBAC documents they need.
+pub(crate) async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
+    let config = Config::load(args.config.as_deref())?;
+    let registry = match &args.crds {
+        Some(dir) => {
+            let (cluster, _) = LocalCluster::open(dir).with_context(|| {
+                format!(
+                    "cannot read CustomResourceDefinitions from {}",
+                    dir.display()
+                )
+            })?;
+            cluster.registry()
+        }
+        None => KindRegistry::default(),
+    };
+    let kinds = Kinds {
+        registry,
+        crds: args.crds.clone(),
+    };
+    let runtime = offline_runtime()?;
+    let mut rules = Rules::new();
+    for file in plugin_files(&args.plugins)? {
+        let plugin = load_offline(&runtime, &file, &config).await?;
+        let (_, grants, _) =
+            crate::plugins::plugin_settings(&config, &file).map_err(anyhow::Error::msg)?;
+        add_rules(&plugin, &grants, &kinds, &mut rules)?;
+    }
+    let yaml: Vec<String> = documents(&rules, &args)
+        .iter()
+        .map(serde_yaml_ng::to_string)
+        .collect::<Result<_, _>>()
+        .context("cannot render the RBAC documents")?;
+    // The documents are this command's output.
+    #[allow(clippy::print_stdout)]
+    {
+        print!(
+            "# RBAC for the plugins in {}: `kubectl apply -f` this.\n{}",
+            args.plugins.display(),
+            yaml.join("---\n")
+        );
+    }
+    Ok(())
+}
