@@ -285,8 +285,9 @@ impl ConfigSource {
     }
 }
 
-/// `KUBECONFIG` (its first file) or `~/.kube/config`.
-fn default_kubeconfig_path() -> Option<PathBuf> {
+/// `KUBECONFIG` (its first file) or `~/.kube/config`; `None` without either a `KUBECONFIG`
+/// or a home directory.
+pub fn default_kubeconfig_path() -> Option<PathBuf> {
     if let Some(paths) = std::env::var_os("KUBECONFIG") {
         return std::env::split_paths(&paths).find(|p| !p.as_os_str().is_empty());
     }
@@ -390,7 +391,7 @@ impl KubeClient {
 }
 
 /// An error and its sources, joined by `: `.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

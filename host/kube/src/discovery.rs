@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use futures::StreamExt as _;
 use http::Request;
 use http_body_util::BodyExt;
 use kube::client::Body;
@@ -17,6 +18,9 @@ use serde::Deserialize;
 
 use crate::config::{KubeClient, error_chain};
 use crate::wire;
+
+/// How many discovery documents [`Discovery::warm`] fetches at once.
+const WARM_PARALLELISM: usize = 8;
 
 /// Why a kind could not be resolved.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,6 +77,13 @@ pub struct ApiResource {
     /// Verbs, e.g. `list`, `watch`.
     #[serde(default)]
     pub verbs: Vec<String>,
+}
+
+/// `APIVersions` (the answer to `/api`), the fields we use.
+#[derive(Debug, Deserialize)]
+pub struct ApiVersions {
+    /// The core group's versions, e.g. `v1`.
+    pub versions: Vec<String>,
 }
 
 /// `APIGroupList`, the fields we use.
@@ -169,6 +180,94 @@ impl Discovery {
         })
     }
 
+    /// The resource serving `kind` in `group`/`version` if the cache already knows it; never
+    /// asks the server. For callers that cannot wait (a plugin's synchronous host call).
+    pub fn cached(&self, group: &str, version: &str, kind: &str) -> Option<Resource> {
+        let resources = self.lock().get(&group_version(group, version)).cloned()?;
+        find(&resources, group, version, kind)
+    }
+
+    /// Fills the cache with every group-version the server serves (`/api`, `/apis`, then
+    /// each one's document, as kubectl does), so that [`cached`](Self::cached) knows every
+    /// type served at this moment. Returns how many group-versions were cached. A failing
+    /// group-version (an aggregated API that is down) is logged and skipped: it is fetched
+    /// again by the first [`resolve`](Self::resolve) that needs it.
+    pub async fn warm(&self) -> Result<usize, DiscoveryError> {
+        let core: ApiVersions = self.get_json("/api", "v1").await?;
+        let groups: ApiGroupList = self.get_json("/apis", "apis").await?;
+        let mut wanted: Vec<(String, String)> = core
+            .versions
+            .into_iter()
+            .map(|version| (String::new(), version))
+            .collect();
+        for group in groups.groups {
+            for entry in group.versions {
+                wanted.push((group.name.clone(), entry.version));
+            }
+        }
+        let fetched = futures::stream::iter(wanted)
+            .map(|(group, version)| async move {
+                let result = self.refresh(&group, &version, "*").await;
+                if let Err(error) = &result {
+                    tracing::warn!(%error, "discovery: skipped a group-version");
+                }
+                result.is_ok()
+            })
+            .buffer_unordered(WARM_PARALLELISM)
+            .filter(|ok| std::future::ready(*ok))
+            .count()
+            .await;
+        Ok(fetched)
+    }
+
+    /// GETs the discovery document at `path` as `T`; `what` names it in errors.
+    async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        what: &str,
+    ) -> Result<T, DiscoveryError> {
+        let (code, body) = self.get(path, what).await?;
+        if !code.is_success() {
+            return Err(self.failed(what, wire::decode_status(code.as_u16(), &body).to_string()));
+        }
+        serde_json::from_slice(&body)
+            .map_err(|e| self.failed(what, format!("{e}: {}", wire::snippet(&body))))
+    }
+
+    /// GETs `path`: the answer's code and body, or why there was none.
+    async fn get(
+        &self,
+        path: &str,
+        what: &str,
+    ) -> Result<(http::StatusCode, bytes::Bytes), DiscoveryError> {
+        let request = Request::get(path)
+            .header(http::header::ACCEPT, "application/json")
+            .body(Body::empty())
+            .map_err(|e| self.failed(what, e.to_string()))?;
+        let response = self
+            .client
+            .client()
+            .send(request)
+            .await
+            .map_err(|e| self.failed(what, error_chain(&e)))?;
+        let code = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| self.failed(what, error_chain(&e)))?
+            .to_bytes();
+        Ok((code, body))
+    }
+
+    fn failed(&self, what: &str, reason: String) -> DiscoveryError {
+        DiscoveryError::RequestFailed {
+            group_version: what.to_owned(),
+            address: self.client.origin().address.clone(),
+            reason,
+        }
+    }
+
     /// Fetches the discovery document of `group`/`version` into the cache.
     async fn refresh(
         &self,
@@ -182,28 +281,7 @@ impl Discovery {
         } else {
             format!("/apis/{group}/{version}")
         };
-        let failed = |reason: String| DiscoveryError::RequestFailed {
-            group_version: gv.clone(),
-            address: self.client.origin().address.clone(),
-            reason,
-        };
-        let request = Request::get(&path)
-            .header(http::header::ACCEPT, "application/json")
-            .body(Body::empty())
-            .map_err(|e| failed(e.to_string()))?;
-        let response = self
-            .client
-            .client()
-            .send(request)
-            .await
-            .map_err(|e| failed(error_chain(&e)))?;
-        let code = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| failed(error_chain(&e)))?
-            .to_bytes();
+        let (code, body) = self.get(&path, &gv).await?;
         if code == http::StatusCode::NOT_FOUND {
             self.lock().remove(&gv);
             return Err(DiscoveryError::GroupVersionNotServed {
@@ -212,12 +290,10 @@ impl Discovery {
             });
         }
         if !code.is_success() {
-            return Err(failed(
-                wire::decode_status(code.as_u16(), &body).to_string(),
-            ));
+            return Err(self.failed(&gv, wire::decode_status(code.as_u16(), &body).to_string()));
         }
         let list: ApiResourceList = serde_json::from_slice(&body)
-            .map_err(|e| failed(format!("{e}: {}", wire::snippet(&body))))?;
+            .map_err(|e| self.failed(&gv, format!("{e}: {}", wire::snippet(&body))))?;
         let resources: Arc<[ApiResource]> = list
             .resources
             .into_iter()

@@ -81,9 +81,24 @@ pub(crate) struct RunArgs {
     #[arg(long, env = "KUBEPLUG_PLUGINS", value_name = "DIR")]
     pub(crate) plugins: PathBuf,
 
-    /// Directory of YAML manifests served as the cluster (the embedded local cluster).
-    #[arg(long, env = "KUBEPLUG_LOCAL", value_name = "DIR")]
-    pub(crate) local: PathBuf,
+    /// Directory of YAML manifests served as the cluster (the embedded local cluster),
+    /// instead of a real cluster.
+    #[arg(
+        long,
+        env = "KUBEPLUG_LOCAL",
+        value_name = "DIR",
+        conflicts_with_all = ["kubeconfig", "context"]
+    )]
+    pub(crate) local: Option<PathBuf>,
+
+    /// Kubeconfig file of the cluster to run against [default: in a pod, the service
+    /// account, unless $KUBECONFIG is set; else $KUBECONFIG, else ~/.kube/config].
+    #[arg(long, env = "KUBEPLUG_KUBECONFIG", value_name = "FILE")]
+    pub(crate) kubeconfig: Option<PathBuf>,
+
+    /// Context of the kubeconfig to use [default: its current-context].
+    #[arg(long, env = "KUBEPLUG_CONTEXT", value_name = "NAME")]
+    pub(crate) context: Option<String>,
 
     /// Watch only this namespace (all namespaces by default).
     #[arg(long, env = "KUBEPLUG_NAMESPACE", value_name = "NS")]

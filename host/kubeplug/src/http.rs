@@ -16,22 +16,38 @@ use tokio_util::sync::CancellationToken;
 /// Named readiness checks; the host is ready when every one is. Cheap to clone.
 #[derive(Clone, Default)]
 pub(crate) struct Readiness {
-    checks: Arc<Mutex<BTreeMap<String, bool>>>,
+    checks: Arc<Mutex<BTreeMap<String, Check>>>,
+}
+
+/// One readiness check's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Check {
+    Ready,
+    /// Not yet ready (still starting).
+    Pending,
+    /// Not ready, and why: shown by `/readyz`, so that an operator sees what to fix.
+    Failed(String),
 }
 
 impl Readiness {
     /// Sets one check.
     pub(crate) fn set(&self, name: &str, ready: bool) {
-        self.lock().insert(name.to_owned(), ready);
+        let check = if ready { Check::Ready } else { Check::Pending };
+        self.lock().insert(name.to_owned(), check);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, bool>> {
+    /// Marks one check failed, with the reason `/readyz` shows.
+    pub(crate) fn fail(&self, name: &str, reason: String) {
+        self.lock().insert(name.to_owned(), Check::Failed(reason));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Check>> {
         self.checks
             .lock()
             .expect("readiness lock poisoned by a panic")
     }
 
-    fn snapshot(&self) -> BTreeMap<String, bool> {
+    fn snapshot(&self) -> BTreeMap<String, Check> {
         self.lock().clone()
     }
 }
@@ -80,10 +96,10 @@ struct ReadyzQuery {
 }
 
 /// kube-apiserver's format: `ok`, or with `?verbose` one `[+]name ok` / `[-]name not ready`
-/// line per check.
+/// / `[-]name failed: reason` line per check.
 async fn readyz(State(state): State<HttpState>, Query(query): Query<ReadyzQuery>) -> Response {
     let checks = state.readiness.snapshot();
-    let ready = !checks.is_empty() && checks.values().all(|ready| *ready);
+    let ready = !checks.is_empty() && checks.values().all(|check| *check == Check::Ready);
     let status = if ready {
         StatusCode::OK
     } else {
@@ -91,9 +107,12 @@ async fn readyz(State(state): State<HttpState>, Query(query): Query<ReadyzQuery>
     };
     let mut body = String::new();
     if query.verbose.is_some() || !ready {
-        for (name, ok) in &checks {
-            let (mark, word) = if *ok { ('+', "ok") } else { ('-', "not ready") };
-            let _ = writeln!(body, "[{mark}]{name} {word}");
+        for (name, check) in &checks {
+            let _ = match check {
+                Check::Ready => writeln!(body, "[+]{name} ok"),
+                Check::Pending => writeln!(body, "[-]{name} not ready"),
+                Check::Failed(reason) => writeln!(body, "[-]{name} failed: {reason}"),
+            };
         }
         if checks.is_empty() {
             body.push_str("[-]startup not ready\n");

@@ -5,6 +5,7 @@ mod check;
 mod cli;
 mod config;
 mod http;
+mod kube_writer;
 mod metrics;
 mod plugins;
 mod rbac;

@@ -1,22 +1,32 @@
 //! `kubeplug run`: the host.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use kubeplug_informer::factory::SharedInformerFactory;
+use kubeplug_informer::factory::{SharedInformerFactory, SourceProvider};
 use kubeplug_informer::reflector::ReflectorConfig;
+use kubeplug_informer::resource::Resource;
+use kubeplug_kube::config::{ConfigSource, InCluster, KubeClient, default_kubeconfig_path};
+use kubeplug_kube::discovery::Discovery;
+use kubeplug_kube::lister::KubeSourceOptions;
+use kubeplug_kube::provider::KubeSourceProvider;
 use kubeplug_local::LocalCluster;
-use kubeplug_runtime::{Gvk, Runtime, RuntimeConfig};
+use kubeplug_runtime::view::BoxFuture;
+use kubeplug_runtime::{ClusterWriter, Gvk, Runtime, RuntimeConfig};
 use kubeplug_workqueue::WorkqueueMetrics;
 use prometheus_client::registry::Registry;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::cli::RunArgs;
 use crate::config::Config;
 use crate::http::{HttpState, Readiness, serve};
+use crate::kube_writer::{KubeWriter, reporting_instance};
 use crate::metrics::{InformerCollector, PluginCollector};
-use crate::plugins::{DirConfig, Hints, PluginDir, PluginHost, Resolver, watch};
+use crate::plugins::{DirConfig, Hints, PluginDir, PluginHost, Resolve, Resolver, watch};
 use crate::writer::LocalWriter;
 
 /// Default address of the HTTP server.
@@ -31,7 +41,6 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.plugins.display()
         );
     }
-    let local = &args.local;
     let http_address = match args.http.or(config.host.http) {
         Some(address) => address,
         None => DEFAULT_HTTP.parse().expect("a valid default address"),
@@ -39,21 +48,25 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let cancel = CancellationToken::new();
     let readiness = Readiness::default();
+    let cluster_check = match args.local {
+        Some(_) => LOCAL_CHECK,
+        None => KUBE_CHECK,
+    };
     // Every check is registered before the server starts, so that an early probe cannot
     // see a subset of them pass.
-    for check in ["local-cluster", "plugins", "informers"] {
+    for check in [cluster_check, "plugins", "informers"] {
         readiness.set(check, false);
     }
-    let (cluster, report) = LocalCluster::open(local)
-        .with_context(|| format!("cannot serve {} as the local cluster", local.display()))?;
-    for error in &report.errors {
-        warn!(%error, "local cluster");
-    }
-    info!(dir = %local.display(), objects = report.applied, "local cluster loaded");
-    let watching = cluster.watch(cancel.child_token());
-    readiness.set("local-cluster", true);
+    let cluster = match &args.local {
+        Some(dir) => {
+            let cluster = open_local(dir, &cancel)?;
+            readiness.set(LOCAL_CHECK, true);
+            cluster
+        }
+        None => open_kube(&args).await?,
+    };
 
-    let factory = SharedInformerFactory::new(Arc::new(cluster.clone()), ReflectorConfig::default());
+    let factory = SharedInformerFactory::new(cluster.provider, ReflectorConfig::default());
     let mut registry = Registry::default();
     registry.register_collector(Box::new(InformerCollector::new(factory.clone())));
     let queue_metrics = WorkqueueMetrics::register(&mut registry);
@@ -63,15 +76,12 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         ..RuntimeConfig::default()
     })
     .context("cannot start the WebAssembly engine")?;
-    let resolving = cluster.clone();
-    let resolve: Resolver =
-        Arc::new(move |gvk: &Gvk| resolving.resolve(&gvk.api_version(), &gvk.kind));
     let namespace = args.namespace.clone().or(config.host.namespace.clone());
     let host = Arc::new(PluginHost::new(
         runtime,
         factory.clone(),
-        resolve,
-        Arc::new(LocalWriter::new(cluster)),
+        cluster.resolve,
+        cluster.writer,
         queue_metrics,
         config,
         namespace,
@@ -86,6 +96,17 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let bound = serve(http_address, state, cancel.clone()).await?;
     info!(address = %bound, "serving /healthz, /readyz, /metrics and /plugins");
+
+    if let Backend::Kube { client, discovery } = &cluster.backend {
+        tokio::select! {
+            () = connect(client, discovery, &readiness) => {}
+            () = shutdown_signal() => {
+                info!("shutting down before the cluster was reached");
+                cancel.cancel();
+                return Ok(());
+            }
+        }
+    }
 
     let mut dir = PluginDir::new(&args.plugins, DirConfig::default()).with_context(|| {
         format!(
@@ -126,8 +147,146 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let _ = watching_plugins.await;
     host.stop().await;
     factory.shutdown().await;
-    let _ = watching.await;
+    if let Backend::Local { watching } = cluster.backend {
+        let _ = watching.await;
+    }
     Ok(())
+}
+
+/// The readiness check of the embedded local cluster: its directory was loaded.
+const LOCAL_CHECK: &str = "local-cluster";
+/// The readiness check of a real cluster: its API server answered `/version`.
+const KUBE_CHECK: &str = "cluster";
+/// The longest wait between two attempts to reach the API server at start.
+const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(30);
+
+/// What the host runs on, chosen by `--local`: where informers list and watch, how plugin
+/// types become served resources, and where plugin writes go. All three talk to the same
+/// cluster.
+struct Cluster {
+    provider: Arc<dyn SourceProvider>,
+    resolve: Resolver,
+    writer: Arc<dyn ClusterWriter>,
+    backend: Backend,
+}
+
+/// What the run loop still needs of the cluster besides the three above.
+enum Backend {
+    /// The embedded local cluster; the task following its directory (ends on cancel).
+    Local { watching: JoinHandle<()> },
+    /// A real cluster: the client to check it with, the discovery cache to fill.
+    Kube {
+        // Boxed: a kube client is some hundred bytes, the other variant eight.
+        client: Box<KubeClient>,
+        discovery: Discovery,
+    },
+}
+
+/// Serves `dir` as the cluster and follows its changes until `cancel`.
+fn open_local(dir: &Path, cancel: &CancellationToken) -> anyhow::Result<Cluster> {
+    let (cluster, report) = LocalCluster::open(dir)
+        .with_context(|| format!("cannot serve {} as the local cluster", dir.display()))?;
+    for error in &report.errors {
+        warn!(%error, "local cluster");
+    }
+    info!(dir = %dir.display(), objects = report.applied, "local cluster loaded");
+    let watching = cluster.watch(cancel.child_token());
+    let resolving = cluster.clone();
+    Ok(Cluster {
+        provider: Arc::new(cluster.clone()),
+        resolve: Arc::new(move |gvk: &Gvk| resolving.resolve(&gvk.api_version(), &gvk.kind)),
+        writer: Arc::new(LocalWriter::new(cluster)),
+        backend: Backend::Local { watching },
+    })
+}
+
+/// A client for the cluster that `args` and the environment name. Reads files only: the
+/// server is contacted later, by [`connect`], so that `/readyz` can say why it is not ready.
+async fn open_kube(args: &RunArgs) -> anyhow::Result<Cluster> {
+    let source = config_source(
+        args.kubeconfig.clone(),
+        args.context.clone(),
+        std::env::var_os("KUBERNETES_SERVICE_HOST").is_some(),
+        std::env::var_os("KUBECONFIG").is_some(),
+    );
+    let client = KubeClient::from_source(&source)
+        .await
+        .context("cannot configure a client for the Kubernetes cluster (or run on the embedded local cluster with --local DIR)")?;
+    info!(origin = %client.origin(), "using the Kubernetes cluster");
+    let provider = KubeSourceProvider::new(client.clone(), KubeSourceOptions::default());
+    let discovery = provider.discovery().clone();
+    let instance = reporting_instance();
+    Ok(Cluster {
+        provider: Arc::new(provider),
+        resolve: Arc::new(DiscoveryResolver(discovery.clone())),
+        writer: Arc::new(KubeWriter::new(client.clone(), discovery.clone(), instance)),
+        backend: Backend::Kube {
+            client: Box::new(client),
+            discovery,
+        },
+    })
+}
+
+/// controller-runtime's order: `--kubeconfig` (with `--context`); else, with `--context` or
+/// `$KUBECONFIG`, the default kubeconfig; else in a pod the service account; else kube's
+/// inference (`~/.kube/config`, then in-cluster), whose error names both attempts.
+fn config_source(
+    kubeconfig: Option<PathBuf>,
+    context: Option<String>,
+    in_pod: bool,
+    kubeconfig_env: bool,
+) -> ConfigSource {
+    let explicit = kubeconfig.or_else(|| {
+        (context.is_some() || kubeconfig_env)
+            .then(default_kubeconfig_path)
+            .flatten()
+    });
+    match explicit {
+        Some(path) => ConfigSource::Kubeconfig { path, context },
+        None if in_pod => ConfigSource::InCluster(InCluster::from_env()),
+        None => ConfigSource::Infer,
+    }
+}
+
+/// Waits until the API server answers, then fills the discovery cache. Until then the
+/// cluster check fails with the error, which names the configuration and the server;
+/// attempts back off from 1 s to [`MAX_CONNECT_BACKOFF`].
+async fn connect(client: &KubeClient, discovery: &Discovery, readiness: &Readiness) {
+    let mut delay = Duration::from_secs(1);
+    while let Err(error) = client.check().await {
+        warn!(%error, "cannot reach the cluster; retrying in {delay:?}");
+        readiness.fail(KUBE_CHECK, error.to_string());
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(MAX_CONNECT_BACKOFF);
+    }
+    // Plugins' synchronous cache reads resolve types from this cache (see `Resolve`).
+    match discovery.warm().await {
+        Ok(group_versions) => info!(group_versions, "discovery cached"),
+        Err(error) => warn!(%error, "cannot list the served APIs; types resolve one by one"),
+    }
+    readiness.set(KUBE_CHECK, true);
+    info!(origin = %client.origin(), "cluster reached");
+}
+
+/// Discovery as the plugins' resolver. `cached` knows what [`Discovery::warm`] fetched at
+/// start and what any `resolve` fetched since: a type first served after start becomes
+/// readable through `FactoryCache` once a subscription to it has resolved it.
+struct DiscoveryResolver(Discovery);
+
+impl Resolve for DiscoveryResolver {
+    fn resolve<'a>(&'a self, gvk: &'a Gvk) -> BoxFuture<'a, Option<Resource>> {
+        Box::pin(async move {
+            self.0
+                .resolve(&gvk.group, &gvk.version, &gvk.kind)
+                .await
+                .inspect_err(|error| warn!(%error, "cannot resolve {gvk}"))
+                .ok()
+        })
+    }
+
+    fn cached(&self, gvk: &Gvk) -> Option<Resource> {
+        self.0.cached(&gvk.group, &gvk.version, &gvk.kind)
+    }
 }
 
 /// Compiled plugins are cached in a directory only this user can read: `$XDG_CACHE_HOME`
@@ -157,5 +316,34 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         () = terminate => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kubeconfig_flag_wins_then_the_pod_then_inference() {
+        let flag = config_source(Some("/k".into()), Some("c".into()), true, true);
+        assert!(
+            matches!(&flag, ConfigSource::Kubeconfig { path, context: Some(c) } if path == Path::new("/k") && c == "c"),
+            "{flag:?}"
+        );
+        assert!(matches!(
+            config_source(None, None, true, false),
+            ConfigSource::InCluster(_)
+        ));
+        assert!(matches!(
+            config_source(None, None, false, false),
+            ConfigSource::Infer
+        ));
+        // `--context` names a kubeconfig context, so even in a pod it means the kubeconfig
+        // (wherever $KUBECONFIG or the home directory puts it).
+        let in_pod_with_context = config_source(None, Some("c".into()), true, false);
+        assert!(
+            !matches!(in_pod_with_context, ConfigSource::InCluster(_)),
+            "{in_pod_with_context:?}"
+        );
     }
 }

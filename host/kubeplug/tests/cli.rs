@@ -89,7 +89,16 @@ fn bad_input_exits_non_zero_with_a_message_naming_the_problem() {
         ],
         &["--http", "not-an-address"],
     );
-    fails_naming(&["run", "--plugins", plugins_dir], &["--local"]);
+    fails_naming(
+        &[
+            "run",
+            "--plugins",
+            plugins_dir,
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+        ],
+        &["/nonexistent/kubeconfig", "--local"],
+    );
 }
 
 #[test]

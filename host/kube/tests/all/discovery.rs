@@ -70,3 +70,27 @@ async fn a_crd_served_after_start_is_discovered_and_watched() {
     assert!(factory.subscribe(bad, HandlerOptions::default()).is_err());
     factory.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_caches_every_served_group_version() {
+    let f = start(FakeOptions::default()).await;
+    let discovery = KubeSourceProvider::new(f.client.clone(), KubeSourceOptions::default())
+        .discovery()
+        .clone();
+    assert_eq!(discovery.cached("coordination.k8s.io", "v1", "Lease"), None);
+    // v1, events.k8s.io/v1 and coordination.k8s.io/v1 are built in.
+    assert_eq!(discovery.warm().await.unwrap(), 3);
+    let requests_after_warm = f.server.requests().len();
+    let lease = discovery
+        .cached("coordination.k8s.io", "v1", "Lease")
+        .unwrap();
+    assert_eq!((lease.plural.as_str(), lease.namespaced), ("leases", true));
+    let node = discovery.cached("", "v1", "Node").unwrap();
+    assert_eq!((node.plural.as_str(), node.namespaced), ("nodes", false));
+    assert_eq!(discovery.cached("", "v1", "Gizmo"), None);
+    assert_eq!(
+        f.server.requests().len(),
+        requests_after_warm,
+        "cached never asks the server"
+    );
+}

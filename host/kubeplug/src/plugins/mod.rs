@@ -19,6 +19,7 @@ use kubeplug_informer::indexer::Indexer;
 use kubeplug_informer::informer::HandlerOptions;
 use kubeplug_informer::listener::{BufferPolicy, ListenerProbe, ListenerReceiver};
 use kubeplug_informer::resource::Resource;
+use kubeplug_runtime::view::BoxFuture;
 use kubeplug_runtime::{
     CacheView, ClusterWriter, Delivery, DriverControl, Gvk, LoadError, ObjectRef, Plugin,
     PluginLimits, PluginSpec, RunState, Runtime,
@@ -32,7 +33,28 @@ pub(crate) use dir::{Change, ContentHash, DirConfig, FileContent, Hints, PluginD
 use crate::config::Config;
 
 /// Maps a plugin's resource types to served resources (discovery, or the local registry).
-pub(crate) type Resolver = Arc<dyn Fn(&Gvk) -> Option<Resource> + Send + Sync>;
+pub(crate) type Resolver = Arc<dyn Resolve>;
+
+/// How a [`Resolver`] answers. Contract: [`resolve`](Self::resolve) may ask the cluster
+/// (discovery); [`cached`](Self::cached) answers at once from what is already known, for
+/// [`FactoryCache::indexer`], which a plugin's synchronous host call reaches. A synchronous
+/// map (the local registry) is both, through the blanket implementation for closures.
+pub(crate) trait Resolve: Send + Sync {
+    /// The served resource of `gvk`, asking the cluster if needed.
+    fn resolve<'a>(&'a self, gvk: &'a Gvk) -> BoxFuture<'a, Option<Resource>>;
+    /// The served resource of `gvk` if already known.
+    fn cached(&self, gvk: &Gvk) -> Option<Resource>;
+}
+
+impl<F: Fn(&Gvk) -> Option<Resource> + Send + Sync> Resolve for F {
+    fn resolve<'a>(&'a self, gvk: &'a Gvk) -> BoxFuture<'a, Option<Resource>> {
+        Box::pin(std::future::ready(self(gvk)))
+    }
+
+    fn cached(&self, gvk: &Gvk) -> Option<Resource> {
+        self(gvk)
+    }
+}
 
 /// The caches plugins read: one informer per resource type, kept running by a lease while
 /// any plugin may read it. Subscriptions without a namespace or selectors share these
@@ -66,7 +88,7 @@ impl CacheView for FactoryCache {
         if let Some(lease) = leases.get(resource) {
             return Some(lease.informer().indexer().clone());
         }
-        let served = (self.resolve)(resource)?;
+        let served = self.resolve.cached(resource)?;
         match self.factory.lease(InformerKey::all(served)) {
             Ok(lease) => {
                 let indexer = lease.informer().indexer().clone();
@@ -393,24 +415,24 @@ impl PluginHost {
             })
             .await?;
         let description = plugin.description();
-        let keys = description
-            .subscriptions
-            .iter()
-            .map(|wanted| {
-                let resource =
-                    (self.resolve)(&wanted.resource).ok_or_else(|| LoadFailure::Unresolved {
-                        path: path.clone(),
-                        plugin: description.name.clone(),
-                        resource: wanted.resource.clone(),
-                    })?;
-                Ok(InformerKey {
-                    resource,
-                    namespace: wanted.namespace.clone().or_else(|| self.namespace.clone()),
-                    label_selector: wanted.label_selector.clone(),
-                    field_selector: wanted.field_selector.clone(),
-                })
-            })
-            .collect::<Result<Vec<_>, LoadFailure>>()?;
+        let mut keys = Vec::with_capacity(description.subscriptions.len());
+        for wanted in &description.subscriptions {
+            let resource = self
+                .resolve
+                .resolve(&wanted.resource)
+                .await
+                .ok_or_else(|| LoadFailure::Unresolved {
+                    path: path.clone(),
+                    plugin: description.name.clone(),
+                    resource: wanted.resource.clone(),
+                })?;
+            keys.push(InformerKey {
+                resource,
+                namespace: wanted.namespace.clone().or_else(|| self.namespace.clone()),
+                label_selector: wanted.label_selector.clone(),
+                field_selector: wanted.field_selector.clone(),
+            });
+        }
         Ok(Prepared {
             path,
             hash,

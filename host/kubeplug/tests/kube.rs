@@ -1,0 +1,265 @@
+//! The `kubeplug` binary against an API server: the fake one of `tests/fake-apiserver`, on
+//! 127.0.0.1, speaking the real wire format.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use kubeplug_fake_apiserver::{FakeApiServer, FakeOptions};
+use kubeplug_informer::resource::Resource;
+
+fn kubeplug() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeplug"));
+    // The test names the cluster itself: nothing from the environment may pick another.
+    command
+        .env("KUBEPLUG_LOG", "info")
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBEPLUG_LOCAL");
+    command
+}
+
+/// A running host, killed on drop.
+struct Host {
+    child: Child,
+    address: SocketAddr,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Host {
+    /// `kubeplug run --http 127.0.0.1:0 ARGS...`, once it reports its HTTP address.
+    fn start(args: &[&Path]) -> Self {
+        let mut child = kubeplug()
+            .args(["run", "--http", "127.0.0.1:0"])
+            .args(args)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (lines, received) = mpsc::channel();
+        std::thread::spawn(move || {
+            // Keeps draining after the address is found: a closed pipe would kill the host.
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("kubeplug: {line}");
+                let _ = lines.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let address = loop {
+            let line = received
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("kubeplug reports its HTTP address within a minute");
+            if let Some(at) = line.find("address=") {
+                break line[at + "address=".len()..]
+                    .split_whitespace()
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+            }
+        };
+        Self { child, address }
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        let mut stream = TcpStream::connect(self.address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let status = response[9..12].parse().unwrap();
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    /// Polls `path` until `done` holds for its answer; panics after a minute.
+    fn wait_for(&self, path: &str, done: impl Fn(u16, &str) -> bool) -> String {
+        wait_until(path, || {
+            let (status, body) = self.get(path);
+            done(status, &body).then_some(body)
+        })
+    }
+}
+
+/// Polls `probe` every 100 ms until it gives a value; panics naming `what` after a minute.
+fn wait_until<T>(what: &str, probe: impl Fn() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not as expected after a minute"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn built_plugin(name: &str) -> PathBuf {
+    let layout = xtask::Layout::from_manifest_dir();
+    let built = xtask::build_plugins(&layout, &[name.to_owned()]).expect("plugins build");
+    built.into_iter().next().unwrap()
+}
+
+fn deployments() -> Resource {
+    Resource::new("apps", "v1", "Deployment", "deployments", true)
+}
+
+// The fake server runs on this runtime's workers while the test thread blocks on HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn label_audit_records_an_event_on_the_api_server() {
+    let server = FakeApiServer::start(FakeOptions::default()).await.unwrap();
+    server.serve(deployments());
+    server
+        .memory()
+        .create(
+            &deployments(),
+            r#"{"metadata":{"name":"web","namespace":"team-a"},"spec":{"replicas":1}}"#,
+        )
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server.write_kubeconfig(dir.path()).unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::copy(
+        built_plugin("label-audit"),
+        plugins.join("label-audit.wasm"),
+    )
+    .unwrap();
+    let config = dir.path().join("kubeplug.toml");
+    std::fs::write(
+        &config,
+        "[plugins.label-audit.grants]\nwrite = { \"apps/v1/Deployment\" = [\"record-event\"] }\n",
+    )
+    .unwrap();
+
+    let host = Host::start(&[
+        Path::new("--kubeconfig"),
+        &kubeconfig,
+        Path::new("--plugins"),
+        &plugins,
+        Path::new("--config"),
+        &config,
+    ]);
+    let ready = host.wait_for("/readyz?verbose", |status, _| status == 200);
+    for check in ["[+]cluster ok", "[+]plugins ok", "[+]informers ok"] {
+        assert!(ready.contains(check), "{ready}");
+    }
+
+    let events = Resource::new("events.k8s.io", "v1", "Event", "events", true);
+    let event = wait_until("a label-audit Event on the server", || {
+        server
+            .memory()
+            .snapshot(&events)
+            .values()
+            .map(|json| serde_json::from_slice::<serde_json::Value>(json).unwrap())
+            .find(|event| event["regarding"]["name"] == "web")
+    });
+    assert_eq!(event["metadata"]["namespace"], "team-a", "{event}");
+    assert_eq!(
+        event["regarding"],
+        serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "team-a", "name": "web"})
+    );
+    assert_eq!(event["type"], "Warning", "{event}");
+    assert_eq!(event["reason"], "MissingLabels", "{event}");
+    assert_eq!(event["reportingController"], "kubeplug/label-audit");
+    assert!(
+        event["note"]
+            .as_str()
+            .unwrap()
+            .contains("app.kubernetes.io/name"),
+        "{event}"
+    );
+    assert!(!event["reportingInstance"].as_str().unwrap().is_empty());
+    let writes: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .map(|r| r.uri)
+        .collect();
+    assert_eq!(writes, ["/apis/events.k8s.io/v1/namespaces/team-a/events"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_names_an_unreachable_server() {
+    let server = FakeApiServer::start(FakeOptions::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server.write_kubeconfig(dir.path()).unwrap();
+    let address = server.address().to_owned();
+    // Nothing listens there any more.
+    drop(server);
+    let plugins = tempfile::tempdir().unwrap();
+
+    let host = Host::start(&[
+        Path::new("--kubeconfig"),
+        &kubeconfig,
+        Path::new("--plugins"),
+        plugins.path(),
+    ]);
+    let body = host.wait_for("/readyz?verbose", |status, body| {
+        status == 503 && body.contains("[-]cluster failed")
+    });
+    assert!(body.contains(&address), "{body}");
+    assert!(body.contains(kubeconfig.to_str().unwrap()), "{body}");
+    assert_eq!(host.get("/healthz"), (200, "ok".to_owned()));
+}
+
+#[test]
+fn local_and_kubeconfig_exclude_each_other_and_a_bad_kubeconfig_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap();
+    let output = kubeplug()
+        .args([
+            "run",
+            "--plugins",
+            path,
+            "--local",
+            path,
+            "--kubeconfig",
+            path,
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("--local") && stderr.contains("--kubeconfig"),
+        "{stderr}"
+    );
+
+    let output = kubeplug()
+        .args(["run", "--plugins", path])
+        .args([
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+            "--context",
+            "prod",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("/nonexistent/kubeconfig") && stderr.contains("--local"),
+        "{stderr}"
+    );
+}
