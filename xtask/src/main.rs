@@ -6,26 +6,32 @@ const HELP: &str = "\
 usage: cargo xtask <task>
 
 tasks:
+  install-toolchains       install what every guest language needs: the Rust target
+                           wasm32-wasip2 (rustup), clang-19 and wasi-libc (apt-get, as root or
+                           with sudo), componentize-qjs (npm ci) and componentize-py (pip, in a
+                           venv) at the versions pinned in xtask/toolchains/, under
+                           target/toolchains/; does nothing for what is already there
   build-plugins [NAME...]  build the plugins under plugins/ (all when no NAME is given) into
                            target/plugins/<name>.wasm (test guests of plugins/tests/ into
-                           target/test-plugins/); Rust guests need
-                           `rustup target add wasm32-wasip2`
+                           target/test-plugins/): Rust crates, and directories holding
+                           handler.c, handler.js or handler.py
   help                     this text";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let layout = xtask::Layout::from_manifest_dir();
     match args.first().map(String::as_str) {
         Some("build-plugins") => {
-            let layout = xtask::Layout::from_manifest_dir();
             for path in xtask::build_plugins(&layout, &args[1..])? {
                 eprintln!("built {}", path.display());
             }
             Ok(())
         }
+        Some("install-toolchains") if args.len() == 1 => xtask::install_toolchains(&layout),
         Some("help") | None => {
             eprintln!("{HELP}");
             Ok(())
         }
-        Some(other) => bail!("unknown task {other:?}\n\n{HELP}"),
+        Some(_) => bail!("unknown task {:?}\n\n{HELP}", args.join(" ")),
     }
 }

@@ -8,5 +8,6 @@ mod examples;
 mod fixtures;
 mod grants;
 mod hostile;
+mod polyglot;
 mod reconcile;
 mod settings;

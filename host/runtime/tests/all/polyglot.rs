@@ -1,0 +1,446 @@
+//! Plugins in other languages, built by xtask's C, JavaScript and Python toolchains: the
+//! ports of label-audit make exactly the writes the Rust original makes, refuse the same
+//! settings and describe themselves the same way; crashloop-alert (JavaScript) keeps its
+//! per-namespace gauge through the `metrics` interface.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use kubeplug_informer::memory::MemoryServer;
+use kubeplug_informer::object::ObjectKey;
+use kubeplug_informer::resource::Resource;
+use kubeplug_runtime::events::run_events;
+use kubeplug_runtime::status::MetricValue;
+use kubeplug_runtime::view::EventSeverity;
+use kubeplug_runtime::{
+    ClusterWriter, Grants, IndexerMap, LoadError, ObjectRef, Plugin, PluginLimits, PluginSpec,
+    Runtime, RuntimeConfig, Write, WriteVerb,
+};
+use serde_json::{Value, json};
+
+use crate::fixtures::*;
+
+/// label-audit in every language, the Rust original first.
+const LABEL_AUDITS: [&str; 4] = [
+    "label-audit",
+    "label-audit-c",
+    "label-audit-js",
+    "label-audit-py",
+];
+
+/// How long a plugin may take to handle what a test made happen.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn deployments() -> Resource {
+    Resource::new("apps", "v1", "Deployment", "deployments", true)
+}
+
+/// The component of example plugin `name` (`target/plugins`). The fixtures build every
+/// plugin, examples included, once per test binary: asking for any guest waits for that.
+fn example(name: &str) -> Result<PathBuf> {
+    guest("noop")?;
+    Ok(xtask::Layout::from_manifest_dir()
+        .output_dir()
+        .join(format!("{name}.wasm")))
+}
+
+/// A runtime whose compiled artefacts persist in `target/test-artefacts`, with every
+/// example compiled into it first, once per test binary.
+///
+/// Cranelift in a debug build takes minutes for the 18 MB Python component and most of a
+/// minute for a JavaScript one: compiled once and loaded from the cache afterwards (also by
+/// later runs, for as long as the component's bytes stay the same), the tests stay quick.
+fn cached_runtime() -> Result<Runtime> {
+    static COMPILED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let compile_all = || {
+        let cache = xtask::Layout::from_manifest_dir()
+            .root
+            .join("target")
+            .join("test-artefacts");
+        let runtime = cached_runtime_in(&cache).map_err(|e| format!("{e:#}"))?;
+        for name in LABEL_AUDITS.into_iter().chain(["crashloop-alert"]) {
+            let path = example(name).map_err(|e| format!("{e:#}"))?;
+            let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            runtime
+                .compile(&bytes)
+                .map_err(|e| format!("compiling {}: {e}", path.display()))?;
+        }
+        Ok(cache)
+    };
+    // Compiling blocks this worker thread of the test's runtime; let it run other tasks.
+    let cache = tokio::task::block_in_place(|| COMPILED.get_or_init(compile_all).clone())
+        .map_err(anyhow::Error::msg)?;
+    cached_runtime_in(&cache)
+}
+
+fn cached_runtime_in(cache: &Path) -> Result<Runtime> {
+    Ok(Runtime::new(RuntimeConfig {
+        artifact_cache: Some(cache.to_path_buf()),
+        ..RuntimeConfig::default()
+    })?)
+}
+
+async fn load_example(
+    runtime: &Runtime,
+    name: &str,
+    settings: &str,
+    caches: &IndexerMap,
+    writer: Arc<dyn ClusterWriter>,
+    grants: Grants,
+) -> Result<Plugin, LoadError> {
+    let path = example(name).unwrap_or_else(|e| panic!("{e:#}"));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    runtime
+        .load(PluginSpec {
+            path,
+            bytes,
+            settings: settings.into(),
+            grants,
+            limits: PluginLimits {
+                // A debug build of the host runs the Python interpreter's start-up slowly.
+                call_deadline: Duration::from_secs(10),
+                ..PluginLimits::default()
+            },
+            cache: Arc::new(caches.clone()),
+            writer,
+        })
+        .await
+}
+
+/// An object of `kind` in namespace `ns` with `labels`.
+fn object(kind: &str, ns: &str, name: &str, labels: &[(&str, &str)]) -> String {
+    let labels: serde_json::Map<String, Value> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Value::from(*v)))
+        .collect();
+    json!({
+        "apiVersion": if kind == "Pod" { "v1" } else { "apps/v1" },
+        "kind": kind,
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+    })
+    .to_string()
+}
+
+/// The Events a plugin recorded: (regarding, severity, reason, message), sorted, since the
+/// two subscriptions' batches interleave in no fixed order.
+fn recorded(recorder: &Recorder) -> Vec<(ObjectRef, EventSeverity, String, String)> {
+    let mut events: Vec<_> = recorder
+        .writes
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, write)| match write {
+            Write::RecordEvent {
+                regarding,
+                severity,
+                reason,
+                message,
+                ..
+            } => (
+                regarding.clone(),
+                *severity,
+                reason.clone(),
+                message.clone(),
+            ),
+            other => panic!("label-audit made a write other than an Event: {other:?}"),
+        })
+        .collect();
+    events.sort_by(|a, b| (&a.0, &a.2, &a.3).cmp(&(&b.0, &b.2, &b.3)));
+    events
+}
+
+fn missing(
+    kind: &Resource,
+    ns: &str,
+    name: &str,
+    labels: &str,
+) -> (ObjectRef, EventSeverity, String, String) {
+    (
+        ObjectRef {
+            resource: gvk(kind),
+            namespace: Some(ns.to_owned()),
+            name: name.to_owned(),
+        },
+        EventSeverity::Warning,
+        "MissingLabels".to_owned(),
+        format!("missing required labels: {labels}"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn label_audit_behaves_the_same_in_every_language() -> Result<()> {
+    let server = MemoryServer::new();
+    let app = "app.kubernetes.io/name";
+    server
+        .create(
+            &deployments(),
+            &object("Deployment", "a", "web", &[(app, "web"), ("team", "x")]),
+        )
+        .unwrap();
+    server
+        .create(&deployments(), &object("Deployment", "a", "worker", &[]))
+        .unwrap();
+    server
+        .create(&pods(), &object("Pod", "a", "web-1", &[(app, "web")]))
+        .unwrap();
+    server
+        .create(&pods(), &object("Pod", "b", "worker-1", &[("team", "y")]))
+        .unwrap();
+    let (deploy_informer, mut deploy_rx) = informer(&server, deployments(), LABEL_AUDITS.len());
+    let (pod_informer, mut pod_rx) = informer(&server, pods(), LABEL_AUDITS.len());
+    let caches = IndexerMap(BTreeMap::from([
+        (gvk(&deployments()), deploy_informer.indexer().clone()),
+        (gvk(&pods()), pod_informer.indexer().clone()),
+    ]));
+    // Events on Pods are granted, on Deployments not: both paths of every port run.
+    let grants = Grants::default().allow_write(gvk(&pods()), WriteVerb::RecordEvent);
+    // Other keys and every kind of JSON value must be skipped, as serde skips them.
+    let settings = r#"{"note": {"nested": [1, -2.5e3, null, true, false, "\u00e9\"\\"]},
+                      "required_labels": ["app.kubernetes.io/name", "team"]}"#;
+    let runtime = cached_runtime()?;
+    let mut plugins = Vec::new();
+    let mut drivers = Vec::new();
+    for name in LABEL_AUDITS {
+        let recorder = Arc::new(Recorder::default());
+        let plugin = load_example(
+            &runtime,
+            name,
+            settings,
+            &caches,
+            recorder.clone(),
+            grants.clone(),
+        )
+        .await
+        .with_context(|| format!("loading {name}"))?;
+        let plugin = Arc::new(plugin);
+        drivers.push(run_events(
+            plugin.clone(),
+            vec![deploy_rx.remove(0), pod_rx.remove(0)],
+        )?);
+        plugins.push((name, plugin, recorder));
+    }
+
+    // Every port describes itself as the original does, under its own name.
+    let original = plugins[0].1.description().clone();
+    assert_eq!(original.subscriptions.len(), 2);
+    assert_eq!(original.writes.len(), 2);
+    for (name, plugin, _) in &plugins {
+        let mut description = plugin.description().clone();
+        assert_eq!(description.name, *name, "describe() names the file");
+        description.name = original.name.clone();
+        assert_eq!(description, original, "{name} describes itself differently");
+    }
+
+    // Flagged in the initial list: Deployment a/worker (both labels), Pods a/web-1 and
+    // b/worker-1 (one each).
+    let wait_for = |events: u64, what: &'static str| {
+        let plugins = &plugins;
+        async move {
+            for (name, plugin, _) in plugins {
+                until(&format!("{name} to handle {what}"), PATIENCE, || {
+                    plugin.status().events_delivered >= events
+                })
+                .await?;
+            }
+            anyhow::Ok(())
+        }
+    };
+    wait_for(4, "the initial list").await?;
+
+    // Live: a Pod arrives without labels, worker-1 gets its name label (nothing missing now),
+    // the Deployment worker gets `team` (still flagged), a flagged Pod is deleted.
+    server
+        .create(&pods(), &object("Pod", "a", "bare", &[]))
+        .unwrap();
+    server
+        .update(
+            &pods(),
+            &object("Pod", "b", "worker-1", &[("team", "y"), (app, "worker")]),
+        )
+        .unwrap();
+    server
+        .update(
+            &deployments(),
+            &object("Deployment", "a", "worker", &[("team", "z")]),
+        )
+        .unwrap();
+    server
+        .delete(&pods(), &ObjectKey::new(Some("a"), "bare"))
+        .unwrap();
+    wait_for(8, "the live changes").await?;
+
+    let expected = vec![
+        missing(&pods(), "a", "bare", "app.kubernetes.io/name, team"),
+        missing(&pods(), "a", "web-1", "team"),
+        missing(&pods(), "b", "worker-1", "app.kubernetes.io/name"),
+    ];
+    for (name, plugin, recorder) in &plugins {
+        let status = plugin.status();
+        assert_eq!(recorded(recorder), expected, "{name} recorded other Events");
+        assert_eq!(status.events_delivered, 8, "{name}");
+        assert_eq!(
+            (status.calls_failed, status.batches_skipped),
+            (0, 0),
+            "{name}: a missing grant is logged, not a failure: {:?}",
+            status.last_error
+        );
+        assert_eq!(
+            status.denied, 2,
+            "{name} tried to record an Event on Deployment a/worker twice, without a grant"
+        );
+    }
+
+    deploy_informer.stop().await;
+    pod_informer.stop().await;
+    for driver in drivers {
+        driver.await?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_label_audit_refuses_the_same_settings() -> Result<()> {
+    let runtime = cached_runtime()?;
+    let caches = IndexerMap::default();
+    for (settings, why) in [
+        (r#"{"required_labels": []}"#, "required_labels is empty"),
+        (r#"{"required_labels": ["a", 5]}"#, "invalid settings"),
+        (r#"{"required_labels": "a"}"#, "invalid settings"),
+        (r#"{"required_labels": ["a"]"#, "invalid settings"),
+        (r#"["a"]"#, "invalid settings"),
+    ] {
+        for name in LABEL_AUDITS {
+            let error = load_example(
+                &runtime,
+                name,
+                settings,
+                &caches,
+                Arc::new(Recorder::default()),
+                Grants::default(),
+            )
+            .await
+            .err()
+            .with_context(|| format!("{name} accepted the settings {settings}"))?;
+            assert!(
+                matches!(error, LoadError::StartFailed { stage: "init", .. }),
+                "{name}, {settings}: {error:?}"
+            );
+            assert!(
+                error.to_string().contains(why),
+                "{name}, {settings}: {error}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A Pod in namespace `ns` whose one container is waiting for `reason` (running when `None`).
+fn pod_waiting(ns: &str, name: &str, reason: Option<&str>) -> String {
+    let state = match reason {
+        Some(reason) => json!({"waiting": {"reason": reason}}),
+        None => json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}}),
+    };
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "status": {"containerStatuses": [{"name": "app", "restartCount": 3, "state": state}]},
+    })
+    .to_string()
+}
+
+/// crashloop-alert's gauge for `namespace`, if it set one.
+fn gauge(plugin: &Plugin, namespace: &str) -> Option<f64> {
+    let key = (
+        "crashloop_pods".to_owned(),
+        vec![("namespace".to_owned(), namespace.to_owned())],
+    );
+    match plugin.metrics().snapshot().get(&key) {
+        Some(MetricValue::Gauge(value)) => Some(*value),
+        Some(other) => panic!("crashloop_pods is not a gauge: {other:?}"),
+        None => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashloop_alert_counts_crash_looping_pods_per_namespace() -> Result<()> {
+    let server = MemoryServer::new();
+    server
+        .create(
+            &pods(),
+            &pod_waiting("a", "looping", Some("CrashLoopBackOff")),
+        )
+        .unwrap();
+    server
+        .create(
+            &pods(),
+            &pod_waiting("a", "pulling", Some("ContainerCreating")),
+        )
+        .unwrap();
+    server
+        .create(&pods(), &pod_waiting("b", "fine", None))
+        .unwrap();
+    let (informer, mut receivers) = informer(&server, pods(), 1);
+    let caches = IndexerMap(BTreeMap::from([(gvk(&pods()), informer.indexer().clone())]));
+    let runtime = cached_runtime()?;
+    let plugin = Arc::new(
+        load_example(
+            &runtime,
+            "crashloop-alert",
+            "{}",
+            &caches,
+            Arc::new(Recorder::default()),
+            Grants::default(),
+        )
+        .await?,
+    );
+    let description = plugin.description();
+    assert!(
+        description.subscriptions[0].wants_object_json,
+        "it reads the Pod's status"
+    );
+    let driver = run_events(plugin.clone(), vec![receivers.remove(0)])?;
+    let settled = |a: Option<f64>, b: Option<f64>| {
+        let plugin = plugin.clone();
+        async move {
+            until(&format!("gauges a={a:?} b={b:?}"), PATIENCE, || {
+                gauge(&plugin, "a") == a && gauge(&plugin, "b") == b
+            })
+            .await
+        }
+    };
+    settled(Some(1.0), Some(0.0)).await?;
+
+    // A second Pod starts crash-looping, in another namespace.
+    server
+        .update(&pods(), &pod_waiting("b", "fine", Some("CrashLoopBackOff")))
+        .unwrap();
+    settled(Some(1.0), Some(1.0)).await?;
+    // The first recovers; the second is deleted.
+    server
+        .update(&pods(), &pod_waiting("a", "looping", None))
+        .unwrap();
+    settled(Some(0.0), Some(1.0)).await?;
+    server
+        .delete(&pods(), &ObjectKey::new(Some("b"), "fine"))
+        .unwrap();
+    settled(Some(0.0), Some(0.0)).await?;
+    // Back into CrashLoopBackOff: counted again.
+    server
+        .update(
+            &pods(),
+            &pod_waiting("a", "looping", Some("CrashLoopBackOff")),
+        )
+        .unwrap();
+    settled(Some(1.0), Some(0.0)).await?;
+
+    let status = plugin.status();
+    assert_eq!(status.events_delivered, 7);
+    assert_eq!(status.calls_failed, 0, "{:?}", status.last_error);
+    informer.stop().await;
+    driver.await?;
+    Ok(())
+}
