@@ -382,6 +382,12 @@ impl Plugin {
         (self.compile_source, self.compile_time)
     }
 
+    /// Whether objects of `resource` live in namespaces, as the host knows it (`None` when
+    /// it does not).
+    pub fn namespaced(&self, resource: &Gvk) -> Option<bool> {
+        self.host.cache.namespaced(resource)
+    }
+
     /// Its counters.
     pub fn stats(&self) -> &Arc<PluginStats> {
         &self.host.stats

@@ -98,14 +98,19 @@ pub fn drive_reconcile(
     })
 }
 
-/// The key of `object`'s owner of kind `owner` (group and kind compared).
-fn owner_key(n: &Notification, owner: &Gvk) -> Option<ObjectRef> {
+/// The key of `object`'s owner of kind `owner` (group and kind compared). A namespaced owner
+/// lives in its dependent's namespace (owner references never cross namespaces); a
+/// cluster-scoped one has none.
+fn owner_key(n: &Notification, owner: &Gvk, owner_namespaced: bool) -> Option<ObjectRef> {
     let object = n.object();
     object.owner_references().iter().find_map(|r| {
         let group = r.api_version.rsplit_once('/').map_or("", |(g, _)| g);
         (group == owner.group && *r.kind == *owner.kind).then(|| ObjectRef {
             resource: owner.clone(),
-            namespace: object.namespace().map(str::to_owned),
+            namespace: object
+                .namespace()
+                .filter(|_| owner_namespaced)
+                .map(str::to_owned),
             name: r.name.to_string(),
         })
     })
@@ -141,7 +146,8 @@ async fn feed(
                     name: n.object().name().to_owned(),
                 }),
                 KeyMapping::Owner(owner) => {
-                    if let Some(key) = owner_key(n, owner) {
+                    let owner_namespaced = plugin.namespaced(owner).unwrap_or(true);
+                    if let Some(key) = owner_key(n, owner, owner_namespaced) {
                         queue.add(key);
                     }
                 }
@@ -243,14 +249,25 @@ mod tests {
     fn owner_keys_match_group_and_kind_in_any_version() {
         let replica_sets = Gvk::new("apps", "v1", "ReplicaSet");
         let n = pod_owned_by("apps/v1beta2", "ReplicaSet");
-        let key = owner_key(&n, &replica_sets).unwrap();
+        let key = owner_key(&n, &replica_sets, true).unwrap();
         assert_eq!(key.key(), "ns/owner");
         assert_eq!(key.resource, replica_sets, "the key names the owner's type");
-        assert_eq!(owner_key(&n, &Gvk::new("apps", "v1", "Deployment")), None);
         assert_eq!(
-            owner_key(&pod_owned_by("v1", "ReplicaSet"), &replica_sets),
+            owner_key(&n, &Gvk::new("apps", "v1", "Deployment"), true),
+            None
+        );
+        assert_eq!(
+            owner_key(&pod_owned_by("v1", "ReplicaSet"), &replica_sets, true),
             None,
             "core group differs"
         );
+    }
+
+    #[test]
+    fn a_cluster_scoped_owner_has_no_namespace() {
+        let namespaces = Gvk::new("", "v1", "Namespace");
+        let key = owner_key(&pod_owned_by("v1", "Namespace"), &namespaces, false).unwrap();
+        assert_eq!(key.namespace, None);
+        assert_eq!(key.key(), "owner");
     }
 }

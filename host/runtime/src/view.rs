@@ -18,6 +18,12 @@ use crate::gvk::Gvk;
 pub trait CacheView: Send + Sync + 'static {
     /// The cache for `resource`.
     fn indexer(&self, resource: &Gvk) -> Option<Indexer>;
+
+    /// Whether objects of `resource` live in namespaces; `None` when unknown, and then
+    /// callers assume they do (most types are namespaced).
+    fn namespaced(&self, _resource: &Gvk) -> Option<bool> {
+        None
+    }
 }
 
 /// A fixed map from resource type to cache: enough for tests, tools and a binary whose

@@ -83,6 +83,12 @@ impl FactoryCache {
 }
 
 impl CacheView for FactoryCache {
+    fn namespaced(&self, resource: &Gvk) -> Option<bool> {
+        self.resolve
+            .cached(resource)
+            .map(|served| served.namespaced)
+    }
+
     fn indexer(&self, resource: &Gvk) -> Option<Indexer> {
         let mut leases = self.leases();
         if let Some(lease) = leases.get(resource) {
@@ -153,6 +159,14 @@ pub(crate) enum LoadFailure {
         plugin: String,
         resource: Gvk,
     },
+    /// It subscribes to a cluster-scoped type in a namespace.
+    #[error("{path}: resolve: plugin {plugin} subscribes to {resource} in namespace {namespace}, but {resource} is cluster-scoped", path = path.display())]
+    ClusterScoped {
+        path: PathBuf,
+        plugin: String,
+        resource: Gvk,
+        namespace: String,
+    },
     /// Another file already runs a plugin of this name.
     #[error("{path}: name: plugin {plugin} is already loaded from {other}", path = path.display(), other = other.display())]
     NameTaken {
@@ -172,6 +186,7 @@ impl LoadFailure {
             LoadFailure::Rejected { path, .. }
             | LoadFailure::Settings { path, .. }
             | LoadFailure::Unresolved { path, .. }
+            | LoadFailure::ClusterScoped { path, .. }
             | LoadFailure::NameTaken { path, .. }
             | LoadFailure::Start { path, .. } => path,
             LoadFailure::Load(error) => error.path(),
@@ -426,9 +441,23 @@ impl PluginHost {
                     plugin: description.name.clone(),
                     resource: wanted.resource.clone(),
                 })?;
+            // The host's namespace limits only namespaced types; a namespace on a
+            // cluster-scoped type is a plugin error.
+            let namespace = match (&wanted.namespace, resource.namespaced) {
+                (Some(namespace), false) => {
+                    return Err(LoadFailure::ClusterScoped {
+                        path: path.clone(),
+                        plugin: description.name.clone(),
+                        resource: wanted.resource.clone(),
+                        namespace: namespace.clone(),
+                    });
+                }
+                (_, false) => None,
+                (wanted, true) => wanted.clone().or_else(|| self.namespace.clone()),
+            };
             keys.push(InformerKey {
                 resource,
-                namespace: wanted.namespace.clone().or_else(|| self.namespace.clone()),
+                namespace,
                 label_selector: wanted.label_selector.clone(),
                 field_selector: wanted.field_selector.clone(),
             });
