@@ -223,7 +223,9 @@ impl PluginDir {
         for path in names {
             seen.insert(path.clone());
             let stat = match self.resolve(&path) {
-                Ok(stat) => stat,
+                Ok(Some(stat)) => stat,
+                // Removed since the listing: the next scan reports it gone.
+                Ok(None) => continue,
                 Err(error) => {
                     let tracked = self.tracked.entry(path.clone()).or_default();
                     (tracked.stat, tracked.read_at) = (None, None);
@@ -268,6 +270,8 @@ impl PluginDir {
                     let at = now + self.config.settle;
                     recheck_at = Some(recheck_at.map_or(at, |t| t.min(at)));
                 }
+                // Removed since the stat: the next scan reports it gone.
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
                 Err(error) => {
                     reject(
                         tracked,
@@ -297,9 +301,14 @@ impl PluginDir {
         })
     }
 
-    /// The stat of the regular file `path` is or points to, or why it cannot be used.
-    fn resolve(&self, path: &Path) -> Result<Stat, String> {
-        let link = std::fs::symlink_metadata(path).map_err(|e| format!("cannot stat it: {e}"))?;
+    /// The stat of the regular file `path` is or points to, `None` if `path` itself is gone,
+    /// or why it cannot be used.
+    fn resolve(&self, path: &Path) -> Result<Option<Stat>, String> {
+        let link = match std::fs::symlink_metadata(path) {
+            Ok(link) => link,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(format!("cannot stat it: {error}")),
+        };
         let metadata = if link.file_type().is_symlink() {
             let target = path
                 .canonicalize()
@@ -327,7 +336,7 @@ impl PluginDir {
                 self.config.max_file_size
             ));
         }
-        Ok(Stat::of(&metadata))
+        Ok(Some(Stat::of(&metadata)))
     }
 }
 

@@ -702,3 +702,113 @@ async fn reload_storm() {
     }
     Arc::into_inner(harness).unwrap().stop().await;
 }
+
+/// `bytes` with a custom section appended: a different file, the same plugin.
+fn with_custom_section(mut bytes: Vec<u8>, name: &str) -> Vec<u8> {
+    fn leb128(out: &mut Vec<u8>, mut n: usize) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let mut payload = Vec::new();
+    leb128(&mut payload, name.len());
+    payload.extend_from_slice(name.as_bytes());
+    bytes.push(0);
+    leb128(&mut bytes, payload.len());
+    bytes.extend(payload);
+    bytes
+}
+
+impl Harness {
+    /// The serving version's hash and the events it handled itself.
+    fn serving(&self, file: &str) -> Option<(ContentHash, u64)> {
+        let table = self.host.table();
+        let running = table.get(&self.file(file))?.serving.as_ref()?;
+        Some((running.hash, running.plugin.status().events_delivered))
+    }
+
+    /// Updates Pod `default/churn` every millisecond until the token fires.
+    fn churn_pods(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let server = self.cluster.server().clone();
+        let pods = Resource::new("", "v1", "Pod", "pods", true);
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.is_cancelled() {
+                let json = format!(
+                    r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"churn","namespace":"default","annotations":{{"n":"{n}"}}}}}}"#
+                );
+                server.apply(&pods, &json).unwrap();
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    }
+
+    /// Publishes `bytes` over the serving version of `file` and waits until the new version
+    /// has handled a delta; returns how long that took from the rename.
+    async fn swap_to(&self, file: &str, bytes: &[u8]) -> Duration {
+        let hash = ContentHash::of(bytes);
+        let renamed = self.publish(file, bytes);
+        eventually("the new version handles a delta", LONG, || {
+            self.serving(file)
+                .is_some_and(|(serving, events)| serving == hash && events > 0)
+        })
+        .await;
+        renamed.elapsed()
+    }
+}
+
+/// Every language's label-audit survives hot reloads, uncached and cached; prints the time
+/// from the rename to the first delta the new version handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_language_survives_a_hot_reload() {
+    let names = [
+        "label-audit",
+        "label-audit-c",
+        "label-audit-js",
+        "label-audit-py",
+    ];
+    let layout = xtask::Layout::from_manifest_dir();
+    let built = xtask::build_plugins(&layout, &names.map(String::from)).expect("examples build");
+    let harness = Harness::start(Duration::from_millis(100)).await;
+    let stop = CancellationToken::new();
+    let churn = harness.churn_pods(stop.clone());
+    let mut figures = Vec::new();
+    for (name, path) in names.iter().zip(&built) {
+        let file = format!("{name}.wasm");
+        let first = std::fs::read(path).unwrap();
+        let second = with_custom_section(first.clone(), "kubeplug-test-variant");
+        harness.swap_to(&file, &first).await;
+        let uncached = harness.swap_to(&file, &second).await;
+        let cached = harness.swap_to(&file, &first).await;
+        let report = harness.report(&file).unwrap();
+        assert_eq!(report.state, "running", "{report:?}");
+        assert_eq!(report.last_error, None, "{report:?}");
+        figures.push(format!(
+            "{name} ({} KiB): uncached {uncached:?}, cached {cached:?}",
+            first.len() / 1024
+        ));
+        std::fs::remove_file(harness.file(&file)).unwrap();
+        eventually("the plugin is unloaded", LONG, || {
+            harness.report(&file).is_none()
+        })
+        .await;
+    }
+    assert_eq!(harness.loads(), (3 * names.len() as u64, 0));
+    stop.cancel();
+    churn.await.unwrap();
+    #[allow(clippy::print_stdout)]
+    {
+        println!(
+            "rename → first delta on the new version: {}",
+            figures.join("; ")
+        );
+    }
+    harness.stop().await;
+}
