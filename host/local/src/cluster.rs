@@ -716,7 +716,7 @@ metadata:
         assert!(report.applied >= 6);
         assert_eq!(
             keys(&cluster, &deployments()),
-            ["team-a/web", "team-a/worker"]
+            ["team-a/api", "team-a/web", "team-a/worker"]
         );
     }
 
