@@ -562,8 +562,9 @@ async fn a_configmap_volume_swap_reloads_exactly_the_changed_plugins() {
     );
 
     // A link that leaves the directory is refused; the version serving stays.
-    std::fs::remove_file(root.join("recorder.wasm")).unwrap();
-    std::os::unix::fs::symlink("/etc/passwd", root.join("recorder.wasm")).unwrap();
+    // Renamed over the old link, so that no scan sees the file missing in between.
+    std::os::unix::fs::symlink("/etc/passwd", root.join(".escape")).unwrap();
+    std::fs::rename(root.join(".escape"), root.join("recorder.wasm")).unwrap();
     eventually("the escaping link is refused", LONG, || {
         harness.loads().1 == 1
     })
