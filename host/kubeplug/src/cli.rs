@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -112,4 +113,91 @@ pub(crate) struct RunArgs {
     /// Configuration file (TOML): grants, limits and per-plugin settings. Flags override it.
     #[arg(long, env = "KUBEPLUG_CONFIG", value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
+
+    /// How long a graceful shutdown (SIGTERM) may work off queued reconcile keys before it
+    /// drops them; calls in flight always finish. Keep it below the pod's
+    /// terminationGracePeriodSeconds.
+    #[arg(long, env = "KUBEPLUG_SHUTDOWN_TIMEOUT", value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub(crate) shutdown_timeout: Duration,
+
+    /// Leader election.
+    #[command(flatten)]
+    pub(crate) election: ElectionArgs,
+}
+
+/// Leader election flags of `kubeplug run`.
+#[derive(Debug, Args)]
+pub(crate) struct ElectionArgs {
+    /// Deliver to plugins only while holding a coordination.k8s.io/v1 Lease, so that
+    /// several replicas can run: all keep their caches warm, one delivers.
+    #[arg(long, env = "KUBEPLUG_LEADER_ELECT", conflicts_with = "local")]
+    pub(crate) leader_elect: bool,
+
+    /// Namespace of the Lease [default: the pod's namespace in a cluster, else the
+    /// kubeconfig context's, else `default`].
+    #[arg(long, env = "KUBEPLUG_LEADER_ELECT_NAMESPACE", value_name = "NS")]
+    pub(crate) leader_elect_namespace: Option<String>,
+
+    /// Name of the Lease; replicas that share it elect one leader.
+    #[arg(
+        long,
+        env = "KUBEPLUG_LEADER_ELECT_ID",
+        value_name = "NAME",
+        default_value = "kubeplug"
+    )]
+    pub(crate) leader_elect_id: String,
+
+    /// This replica's identity in the Lease; unique per replica [default: the host name
+    /// (the pod name in a cluster) and a random suffix].
+    #[arg(long, env = "KUBEPLUG_LEADER_ELECT_IDENTITY", value_name = "ID")]
+    pub(crate) leader_elect_identity: Option<String>,
+
+    /// How long a Lease holds after its last renewal; others wait this long before taking
+    /// it over from a leader that stopped renewing.
+    #[arg(long, env = "KUBEPLUG_LEADER_ELECT_LEASE_DURATION", value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub(crate) leader_elect_lease_duration: Duration,
+
+    /// The leader stops delivering if it could not renew the Lease for this long. Shorter
+    /// than the lease duration.
+    #[arg(long, env = "KUBEPLUG_LEADER_ELECT_RENEW_DEADLINE", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub(crate) leader_elect_renew_deadline: Duration,
+
+    /// How often candidates try to take the Lease and the leader renews it.
+    #[arg(long, env = "KUBEPLUG_LEADER_ELECT_RETRY_PERIOD", value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub(crate) leader_elect_retry_period: Duration,
+}
+
+/// A duration as `1.5s`, `500ms`, `2m` or `1h`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("{text:?} has no unit; write for example 15s, 500ms or 2m"))?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} does not start with a number"))?;
+    let seconds = match unit {
+        "ms" => number / 1e3,
+        "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => return Err(format!("{unit:?} is not a unit of time; use ms, s, m or h")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_a_number_and_a_unit() {
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("15").unwrap_err().contains("no unit"));
+        assert!(parse_duration("15d").unwrap_err().contains("not a unit"));
+        assert!(parse_duration("s").unwrap_err().contains("number"));
+    }
 }

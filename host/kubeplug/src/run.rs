@@ -12,16 +12,19 @@ use kubeplug_kube::config::{ConfigSource, InCluster, KubeClient, default_kubecon
 use kubeplug_kube::discovery::Discovery;
 use kubeplug_kube::lister::KubeSourceOptions;
 use kubeplug_kube::provider::KubeSourceProvider;
+use kubeplug_leader::{ElectionConfig, KubeLeases, LeaderElector};
 use kubeplug_local::LocalCluster;
 use kubeplug_runtime::view::BoxFuture;
 use kubeplug_runtime::{ClusterWriter, Gvk, Runtime, RuntimeConfig};
 use kubeplug_workqueue::WorkqueueMetrics;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::cli::RunArgs;
+use crate::cli::{ElectionArgs, RunArgs};
 use crate::config::Config;
 use crate::http::{HttpState, Readiness, serve};
 use crate::kube_writer::{KubeWriter, reporting_instance};
@@ -68,6 +71,19 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let factory = SharedInformerFactory::new(cluster.provider, ReflectorConfig::default());
     let mut registry = Registry::default();
+    let election = args.election.leader_elect.then_some(args.election);
+    // controller-runtime's name, so that existing dashboards and alerts apply.
+    let leader_family = Family::<Vec<(String, String)>, Gauge>::default();
+    let mut leader_status = Gauge::default();
+    if let Some(election) = &election {
+        let labels = vec![("name".to_owned(), election.leader_elect_id.clone())];
+        leader_status = leader_family.get_or_create(&labels).clone();
+        registry.register(
+            "leader_election_master_status",
+            "1 while this replica leads and delivers to plugins, else 0.",
+            leader_family,
+        );
+    }
     registry.register_collector(Box::new(InformerCollector::new(factory.clone())));
     let queue_metrics = WorkqueueMetrics::register(&mut registry);
 
@@ -108,6 +124,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
 
+    if election.is_some() {
+        // Plugins load, and informers warm up, but nothing is delivered before the Lease.
+        host.follow().await;
+    }
     let mut dir = PluginDir::new(&args.plugins, DirConfig::default()).with_context(|| {
         format!(
             "cannot open the plugins directory {}",
@@ -132,7 +152,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     let reloading = host.clone();
-    let watching_plugins = tokio::spawn(watch(dir, cancel.child_token(), move |changes| {
+    let watch_cancel = cancel.child_token();
+    let watching_plugins = tokio::spawn(watch(dir, watch_cancel.clone(), move |changes| {
         let host = reloading.clone();
         async move { host.apply(changes).await }
     }));
@@ -140,17 +161,107 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     factory.wait_for_cache_sync().await;
     readiness.set("informers", true);
     info!("ready");
+    // Elected only with warm caches, so that a new leader delivers at once.
+    let election = match (&cluster.backend, election) {
+        (Backend::Kube { client, .. }, Some(election)) => {
+            Some(elect(client, election, host.clone(), leader_status))
+        }
+        _ => None,
+    };
 
     shutdown_signal().await;
     info!("shutting down");
-    cancel.cancel();
+    watch_cancel.cancel();
     let _ = watching_plugins.await;
-    host.stop().await;
+    // No new notifications; what is queued is worked off while this replica still leads.
     factory.shutdown().await;
+    host.drain(tokio::time::Instant::now() + args.shutdown_timeout)
+        .await;
+    if let Some(election) = election {
+        election.resign().await;
+    }
+    cancel.cancel();
     if let Backend::Local { watching } = cluster.backend {
         let _ = watching.await;
     }
+    info!("stopped");
     Ok(())
+}
+
+/// A running election and what follows it.
+struct Election {
+    cancel: CancellationToken,
+    elector: JoinHandle<()>,
+    follower: JoinHandle<()>,
+}
+
+impl Election {
+    /// Stops following the election, then releases the Lease if held, so that another
+    /// replica takes over without waiting for it to expire.
+    async fn resign(self) {
+        self.follower.abort();
+        let _ = self.follower.await;
+        self.cancel.cancel();
+        let _ = self.elector.await;
+    }
+}
+
+/// Starts the election; the plugins are delivered to while this replica leads.
+fn elect(
+    client: &KubeClient,
+    election: ElectionArgs,
+    host: Arc<PluginHost>,
+    status: Gauge,
+) -> Election {
+    let namespace = election
+        .leader_elect_namespace
+        .unwrap_or_else(|| client.client().default_namespace().to_owned());
+    let identity = election
+        .leader_elect_identity
+        .unwrap_or_else(default_identity);
+    info!(lease = %format!("{namespace}/{}", election.leader_elect_id), %identity, "leader election");
+    let leases = KubeLeases::new(
+        client.client().clone(),
+        &namespace,
+        &election.leader_elect_id,
+    );
+    let elector = LeaderElector::new(
+        Arc::new(leases),
+        identity,
+        ElectionConfig {
+            lease_duration: election.leader_elect_lease_duration,
+            renew_deadline: election.leader_elect_renew_deadline,
+            retry_period: election.leader_elect_retry_period,
+        },
+    );
+    let cancel = CancellationToken::new();
+    let (mut leading, elector) = elector.run(cancel.clone());
+    let follower = tokio::spawn(async move {
+        while leading.changed().await.is_ok() {
+            let now_leading = *leading.borrow_and_update();
+            status.set(i64::from(now_leading));
+            if now_leading {
+                host.lead().await;
+            } else {
+                host.follow().await;
+            }
+        }
+    });
+    Election {
+        cancel,
+        elector,
+        follower,
+    }
+}
+
+/// The host name (the pod name in a cluster) and a random suffix, as client-go's
+/// `os.Hostname() + "_" + uuid`: a restarted container is a new candidate.
+fn default_identity() -> String {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    format!("{}_{:08x}", reporting_instance(), random as u32)
 }
 
 /// The readiness check of the embedded local cluster: its directory was loaded.

@@ -9,7 +9,7 @@ mod dir;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -26,7 +26,7 @@ use kubeplug_runtime::{
 };
 use kubeplug_workqueue::{Queue, Workers, WorkqueueMetrics};
 use tokio::task::JoinHandle;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 pub(crate) use dir::{Change, ContentHash, DirConfig, FileContent, Hints, PluginDir, watch};
 
@@ -194,6 +194,13 @@ impl LoadFailure {
     }
 }
 
+/// A plugin's handler registrations, not yet delivered to.
+#[derive(Default)]
+struct Registered {
+    subscriptions: Vec<Subscription>,
+    receivers: Vec<ListenerReceiver>,
+}
+
 /// A plugin version that passed every load stage and is ready to be swapped in.
 struct Prepared {
     path: PathBuf,
@@ -204,16 +211,26 @@ struct Prepared {
     load_time: Duration,
 }
 
-/// A plugin that is serving: what keeps its deliveries going.
-struct Running {
+/// A plugin version that is loaded and serving this file. It keeps the informers of its
+/// subscriptions running, so that a replica that takes the lead over starts warm; it is
+/// delivered to only while this replica leads.
+struct Serving {
     plugin: Arc<Plugin>,
     hash: ContentHash,
     loaded_at: SystemTime,
     load_time: Duration,
     keys: Vec<InformerKey>,
+    /// Keep the informers of `keys` running whether or not this replica leads.
+    _warm: Vec<InformerLease>,
+    /// `None` while this replica follows.
+    delivering: Option<Delivering>,
+}
+
+/// What keeps a plugin's deliveries going.
+struct Delivering {
     control: DriverControl,
-    /// Owners of its handler registrations; dropping them unregisters the plugin and stops
-    /// informers nobody else uses.
+    /// Owners of its handler registrations; dropping them unregisters the plugin (its
+    /// listeners close and drop what they buffer).
     subscriptions: Vec<Subscription>,
     probes: Vec<ListenerProbe>,
     /// The events driver, or the reconcile feeders.
@@ -221,22 +238,54 @@ struct Running {
     reconcile: Option<(Queue<ObjectRef>, Workers)>,
 }
 
-impl Running {
-    /// Ends deliveries after the calls in flight, then unregisters the handlers.
-    async fn stop(self) {
+impl Delivering {
+    /// Ends deliveries after the calls in flight, then unregisters the handlers. Keys waiting
+    /// in a reconcile queue are dropped.
+    async fn stop(self, plugin: &str) {
         self.control.stop();
         if let Some((queue, workers)) = self.reconcile {
             queue.shut_down();
             workers.join().await;
         }
-        for task in self.tasks {
-            if let Err(error) = task.await
-                && error.is_panic()
+        join_all(plugin, self.tasks).await;
+        drop(self.subscriptions);
+    }
+
+    /// Ends deliveries gracefully: no new notifications; the keys already queued are still
+    /// reconciled until `deadline`, then dropped; calls in flight always finish.
+    async fn drain(self, plugin: &str, deadline: tokio::time::Instant) {
+        // Closing the listeners ends the events driver and the feeders after their batch.
+        drop(self.subscriptions);
+        join_all(plugin, self.tasks).await;
+        if let Some((queue, workers)) = self.reconcile {
+            queue.shut_down();
+            let joined = workers.join();
+            tokio::pin!(joined);
+            if tokio::time::timeout_at(deadline, joined.as_mut())
+                .await
+                .is_err()
             {
-                error!(plugin = self.plugin.name(), %error, "a plugin driver panicked");
+                warn!(
+                    plugin,
+                    dropped = queue.len(),
+                    "the shutdown deadline passed with keys still queued; they are dropped"
+                );
+                // Workers now drop the keys they take without calling the plugin.
+                self.control.stop();
+                joined.await;
             }
         }
-        drop(self.subscriptions);
+        self.control.stop();
+    }
+}
+
+async fn join_all(plugin: &str, tasks: Vec<JoinHandle<()>>) {
+    for task in tasks {
+        if let Err(error) = task.await
+            && error.is_panic()
+        {
+            error!(plugin, %error, "a plugin driver panicked");
+        }
     }
 }
 
@@ -265,7 +314,7 @@ impl Totals {
 /// One file of the plugins directory.
 #[derive(Default)]
 struct Entry {
-    serving: Option<Running>,
+    serving: Option<Serving>,
     /// A new version is being loaded.
     loading: bool,
     /// The last failure to load or replace it; cleared by a successful load.
@@ -282,7 +331,8 @@ pub(crate) struct PluginReport {
     pub(crate) hash: Option<String>,
     pub(crate) name: Option<String>,
     pub(crate) version: Option<String>,
-    /// `loading`, `running`, `quarantined`, `stopped` or `failed`.
+    /// `loading`, `running`, `standby` (loaded; this replica does not lead), `quarantined`,
+    /// `stopped` or `failed`.
     pub(crate) state: &'static str,
     pub(crate) last_error: Option<String>,
     /// When the serving version was swapped in, in milliseconds since the Unix epoch.
@@ -304,11 +354,15 @@ pub(crate) struct ReloadCounts {
     pub(crate) failure: AtomicU64,
 }
 
-/// Loads, swaps and unloads the plugins of one directory.
+/// Loads, swaps and unloads the plugins of one directory, and delivers to them while this
+/// replica leads.
 ///
-/// Contract: the plugin table has one writer, [`apply`](Self::apply) (called by one task);
-/// [`reports`](Self::reports) reads snapshots. A change never interrupts a call in flight;
-/// a file that fails any load stage leaves the version already serving in place.
+/// Contract: the plugin table is written by [`apply`](Self::apply) (called by one task) and
+/// by the leadership changes [`lead`](Self::lead) and [`follow`](Self::follow); `writing`
+/// serialises them, so that each sees the table as the last one left it (loading, the slow
+/// part, runs outside it). [`reports`](Self::reports) reads snapshots. A change never
+/// interrupts a call in flight; a file that fails any load stage leaves the version already
+/// serving in place. A new host leads; call `follow` before loading to start as a follower.
 pub(crate) struct PluginHost {
     runtime: Runtime,
     factory: SharedInformerFactory,
@@ -320,6 +374,10 @@ pub(crate) struct PluginHost {
     namespace: Option<String>,
     // A std mutex: held only for short, synchronous updates, never across an `.await`.
     table: Mutex<BTreeMap<PathBuf, Entry>>,
+    /// Held by whoever changes what serves or delivers.
+    writing: tokio::sync::Mutex<()>,
+    /// Whether plugins are delivered to; read without `writing` by new versions' installs.
+    leading: AtomicBool,
     reloads: ReloadCounts,
 }
 
@@ -350,6 +408,8 @@ impl PluginHost {
             config,
             namespace,
             table: Mutex::default(),
+            writing: tokio::sync::Mutex::default(),
+            leading: AtomicBool::new(true),
             reloads: ReloadCounts::default(),
         }
     }
@@ -474,7 +534,8 @@ impl PluginHost {
     /// Swaps `prepared` in. With the same subscriptions it inherits the running listeners
     /// (every notification delivered exactly once across the swap); otherwise it gets new
     /// registrations, whose replay of the cache arrives as in-initial-list adds, and the old
-    /// ones are removed after the old version's call in flight.
+    /// ones are removed after the old version's call in flight. While this replica follows,
+    /// the version only waits, its informers warm.
     async fn install(&self, prepared: Prepared) -> Result<(), LoadFailure> {
         let Prepared {
             path,
@@ -485,6 +546,7 @@ impl PluginHost {
         } = prepared;
         let name = plugin.name().to_owned();
         let version = plugin.description().version.clone();
+        let _writing = self.writing.lock().await;
         {
             let mut table = self.table();
             if let Some((other, _)) = table.iter().find(|(other, entry)| {
@@ -492,7 +554,7 @@ impl PluginHost {
                     && entry
                         .serving
                         .as_ref()
-                        .is_some_and(|running| running.plugin.name() == name)
+                        .is_some_and(|serving| serving.plugin.name() == name)
             }) {
                 return Err(LoadFailure::NameTaken {
                     path: path.clone(),
@@ -501,15 +563,16 @@ impl PluginHost {
                 });
             }
             let entry = table.entry(path.clone()).or_default();
-            if let Some(running) = entry.serving.as_mut()
-                && running.keys == keys
-                && let Ok(Some(old)) = running.control.replace(plugin.clone())
+            if let Some(serving) = entry.serving.as_mut()
+                && serving.keys == keys
+                && let Some(delivering) = &serving.delivering
+                && let Ok(Some(old)) = delivering.control.replace(plugin.clone())
             {
                 entry.retired.add(Totals::of(&old));
-                running.plugin = plugin;
-                running.hash = hash;
-                running.loaded_at = SystemTime::now();
-                running.load_time = load_time;
+                serving.plugin = plugin;
+                serving.hash = hash;
+                serving.loaded_at = SystemTime::now();
+                serving.load_time = load_time;
                 entry.loading = false;
                 entry.last_error = None;
                 self.reloads.success.fetch_add(1, Ordering::Relaxed);
@@ -521,16 +584,62 @@ impl PluginHost {
             path: path.clone(),
             cause,
         };
+        let warm = keys
+            .iter()
+            .map(|key| self.factory.lease(key.clone()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| start(e.to_string()))?;
         // New registrations first, so that informers shared with the old version keep
         // running; they buffer while the old version finishes.
-        let reconcile = matches!(plugin.description().delivery, Delivery::Reconcile { .. });
-        let buffer = if reconcile {
-            BufferPolicy::CoalesceByKey
+        let registered = if self.is_leading() {
+            Some(self.register(&plugin, &keys).map_err(start)?)
         } else {
-            BufferPolicy::Unbounded
+            None
         };
-        let mut subscriptions = Vec::new();
-        let mut receivers: Vec<ListenerReceiver> = Vec::new();
+        let old = self.table().get_mut(&path).and_then(|e| e.serving.take());
+        if let Some(old) = old {
+            let totals = Totals::of(&old.plugin);
+            if let Some(delivering) = old.delivering {
+                delivering.stop(old.plugin.name()).await;
+            }
+            if let Some(entry) = self.table().get_mut(&path) {
+                entry.retired.add(totals);
+            }
+        }
+        let delivering = match registered {
+            Some(registered) => Some(self.deliver(&plugin, registered).map_err(start)?),
+            None => None,
+        };
+        let mut table = self.table();
+        let entry = table.entry(path.clone()).or_default();
+        let state = if delivering.is_some() {
+            "plugin running"
+        } else {
+            "plugin loaded; it runs once this replica leads"
+        };
+        entry.serving = Some(Serving {
+            plugin,
+            hash,
+            loaded_at: SystemTime::now(),
+            load_time,
+            keys,
+            _warm: warm,
+            delivering,
+        });
+        entry.loading = false;
+        entry.last_error = None;
+        self.reloads.success.fetch_add(1, Ordering::Relaxed);
+        info!(plugin = %name, %version, file = %path.display(), %hash, "{state}");
+        Ok(())
+    }
+
+    /// Registers a handler for each of `plugin`'s subscriptions (`keys` in their order).
+    fn register(&self, plugin: &Plugin, keys: &[InformerKey]) -> Result<Registered, String> {
+        let buffer = match plugin.description().delivery {
+            Delivery::Reconcile { .. } => BufferPolicy::CoalesceByKey,
+            Delivery::Events => BufferPolicy::Unbounded,
+        };
+        let mut registered = Registered::default();
         for (key, wanted) in keys.iter().zip(&plugin.description().subscriptions) {
             let options = HandlerOptions {
                 buffer,
@@ -539,59 +648,123 @@ impl PluginHost {
             let mut subscription = self
                 .factory
                 .subscribe(key.clone(), options)
-                .map_err(|e| start(e.to_string()))?;
-            receivers.push(subscription.take_receiver());
-            subscriptions.push(subscription);
+                .map_err(|e| e.to_string())?;
+            registered.receivers.push(subscription.take_receiver());
+            registered.subscriptions.push(subscription);
         }
-        let old = self.table().get_mut(&path).and_then(|e| e.serving.take());
-        if let Some(old) = old {
-            let totals = Totals::of(&old.plugin);
-            old.stop().await;
-            if let Some(entry) = self.table().get_mut(&path) {
-                entry.retired.add(totals);
-            }
-        }
+        Ok(registered)
+    }
+
+    /// Starts delivering `registered`'s notifications to `plugin`.
+    fn deliver(&self, plugin: &Arc<Plugin>, registered: Registered) -> Result<Delivering, String> {
+        let Registered {
+            subscriptions,
+            receivers,
+        } = registered;
         let probes = receivers.iter().map(ListenerReceiver::probe).collect();
         let control = DriverControl::new(plugin.clone());
         let (tasks, reconcile) = match plugin.description().delivery {
             Delivery::Events => {
                 let task = kubeplug_runtime::events::drive_events(&control, receivers)
-                    .map_err(|e| start(e.to_string()))?;
+                    .map_err(|e| e.to_string())?;
                 (vec![task], None)
             }
             Delivery::Reconcile { .. } => {
-                let queue = Queue::builder(&name)
+                let queue = Queue::builder(plugin.name())
                     .metrics(&self.queue_metrics)
-                    .map_err(|e| start(e.to_string()))?
+                    .map_err(|e| e.to_string())?
                     .build();
                 let reconciler =
                     kubeplug_runtime::reconcile::drive_reconcile(&control, receivers, queue)
-                        .map_err(|e| start(e.to_string()))?;
+                        .map_err(|e| e.to_string())?;
                 (
                     reconciler.feeders,
                     Some((reconciler.queue, reconciler.workers)),
                 )
             }
         };
-        let mut table = self.table();
-        let entry = table.entry(path.clone()).or_default();
-        entry.serving = Some(Running {
-            plugin,
-            hash,
-            loaded_at: SystemTime::now(),
-            load_time,
-            keys,
+        Ok(Delivering {
             control,
             subscriptions,
             probes,
             tasks,
             reconcile,
-        });
-        entry.loading = false;
-        entry.last_error = None;
-        self.reloads.success.fetch_add(1, Ordering::Relaxed);
-        info!(plugin = %name, %version, file = %path.display(), %hash, "plugin running");
-        Ok(())
+        })
+    }
+
+    fn is_leading(&self) -> bool {
+        self.leading.load(Ordering::Acquire)
+    }
+
+    /// This replica took the lead: every loaded plugin starts receiving, the cache replayed
+    /// to it as the initial list.
+    pub(crate) async fn lead(&self) {
+        let _writing = self.writing.lock().await;
+        self.leading.store(true, Ordering::Release);
+        let waiting: Vec<(PathBuf, Arc<Plugin>, Vec<InformerKey>)> = self
+            .table()
+            .iter()
+            .filter_map(|(path, entry)| {
+                let serving = entry.serving.as_ref()?;
+                serving
+                    .delivering
+                    .is_none()
+                    .then(|| (path.clone(), serving.plugin.clone(), serving.keys.clone()))
+            })
+            .collect();
+        for (path, plugin, keys) in waiting {
+            let started = self
+                .register(&plugin, &keys)
+                .and_then(|registered| self.deliver(&plugin, registered));
+            let mut table = self.table();
+            let Some(entry) = table.get_mut(&path) else {
+                continue;
+            };
+            match started {
+                Ok(delivering) => {
+                    if let Some(serving) = entry.serving.as_mut() {
+                        serving.delivering = Some(delivering);
+                    }
+                    info!(plugin = plugin.name(), file = %path.display(), "plugin running: this replica leads");
+                }
+                Err(cause) => {
+                    let failure = LoadFailure::Start {
+                        path: path.clone(),
+                        cause,
+                    };
+                    error!(plugin = plugin.name(), "{failure}");
+                    entry.last_error = Some(failure.to_string());
+                }
+            }
+        }
+    }
+
+    /// This replica lost the lead (or never had it): deliveries stop at once, after the calls
+    /// in flight; the plugins stay loaded and their informers warm.
+    pub(crate) async fn follow(&self) {
+        self.leading.store(false, Ordering::Release);
+        // Before waiting for the writer: a swap in progress must not delay this.
+        for entry in self.table().values() {
+            if let Some(delivering) = entry.serving.as_ref().and_then(|s| s.delivering.as_ref()) {
+                delivering.control.stop();
+            }
+        }
+        let _writing = self.writing.lock().await;
+        let stopping: Vec<(Arc<Plugin>, Delivering)> = self
+            .table()
+            .values_mut()
+            .filter_map(|entry| {
+                let serving = entry.serving.as_mut()?;
+                Some((serving.plugin.clone(), serving.delivering.take()?))
+            })
+            .collect();
+        for (plugin, delivering) in stopping {
+            delivering.stop(plugin.name()).await;
+            info!(
+                plugin = plugin.name(),
+                "plugin stopped: this replica no longer leads"
+            );
+        }
     }
 
     /// Records a failed load; a version already serving keeps serving.
@@ -615,10 +788,13 @@ impl PluginHost {
 
     /// Unloads the plugin of a removed file once its calls in flight finish.
     async fn remove(&self, path: &Path) {
+        let _writing = self.writing.lock().await;
         let entry = self.table().remove(path);
-        if let Some(running) = entry.and_then(|e| e.serving) {
-            let name = running.plugin.name().to_owned();
-            running.stop().await;
+        if let Some(serving) = entry.and_then(|e| e.serving) {
+            let name = serving.plugin.name().to_owned();
+            if let Some(delivering) = serving.delivering {
+                delivering.stop(&name).await;
+            }
             info!(plugin = %name, file = %path.display(), "plugin unloaded: its file was removed");
         }
     }
@@ -631,23 +807,45 @@ impl PluginHost {
             .collect()
     }
 
-    /// Stops every plugin: calls in flight finish, queues are dropped, handlers unregistered.
+    /// Stops every plugin at once: calls in flight finish, queued keys are dropped, handlers
+    /// unregistered.
+    #[cfg(test)]
     pub(crate) async fn stop(&self) {
-        let running: Vec<Running> = std::mem::take(&mut *self.table())
+        let _writing = self.writing.lock().await;
+        let serving: Vec<Serving> = std::mem::take(&mut *self.table())
             .into_values()
             .filter_map(|entry| entry.serving)
             .collect();
-        for plugin in running {
-            plugin.stop().await;
+        for serving in serving {
+            if let Some(delivering) = serving.delivering {
+                delivering.stop(serving.plugin.name()).await;
+            }
         }
+    }
+
+    /// Stops every plugin gracefully, for shutdown: no new notifications; reconcile queues
+    /// are worked off until `deadline`, all plugins at once; calls in flight finish.
+    pub(crate) async fn drain(&self, deadline: tokio::time::Instant) {
+        let _writing = self.writing.lock().await;
+        let serving: Vec<Serving> = std::mem::take(&mut *self.table())
+            .into_values()
+            .filter_map(|entry| entry.serving)
+            .collect();
+        futures::future::join_all(serving.into_iter().filter_map(|serving| {
+            let delivering = serving.delivering?;
+            Some(async move { delivering.drain(serving.plugin.name(), deadline).await })
+        }))
+        .await;
     }
 }
 
 fn report(file: &Path, entry: &Entry) -> PluginReport {
     let serving = entry.serving.as_ref();
     let status = serving.map(|r| r.plugin.status());
+    let delivering = serving.and_then(|r| r.delivering.as_ref());
     let state = match (&status, entry.loading) {
         (_, true) => "loading",
+        (Some(_), false) if delivering.is_none() => "standby",
         (Some(status), false) => match status.state {
             RunState::Running => "running",
             RunState::Quarantined { .. } => "quarantined",
@@ -660,8 +858,8 @@ fn report(file: &Path, entry: &Entry) -> PluginReport {
         _ => entry.last_error.clone(),
     };
     let mut totals = entry.retired;
-    if let Some(running) = serving {
-        totals.add(Totals::of(&running.plugin));
+    if let Some(serving) = serving {
+        totals.add(Totals::of(&serving.plugin));
     }
     PluginReport {
         file: file.to_owned(),
@@ -677,7 +875,7 @@ fn report(file: &Path, entry: &Entry) -> PluginReport {
                 .map(|d| d.as_millis() as u64)
         }),
         load_ms: serving.map(|r| r.load_time.as_secs_f64() * 1e3),
-        buffer_depth: serving.map_or(0, |r| r.probes.iter().map(ListenerProbe::depth).sum()),
+        buffer_depth: delivering.map_or(0, |d| d.probes.iter().map(ListenerProbe::depth).sum()),
         events_delivered: totals.events,
         failures: totals.failures,
     }

@@ -2,7 +2,7 @@
 //! and the swap, with informers over the local cluster and recorder guests that report
 //! every delta they handle.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -30,6 +30,7 @@ fn guest(name: &str) -> PathBuf {
         "recorder-describe-trap",
         "recorder-describe-slow",
         "label-reader",
+        "reconciler",
     ]
     .map(String::from);
     BUILT
@@ -56,13 +57,18 @@ struct Handled {
     resource_version: u64,
 }
 
-/// The cluster writer of these tests: collects the recorders' `Handled` Events.
+/// The cluster writer of these tests: collects the recorders' `Handled` Events, and the
+/// keys whose reconcile the `reconciler` guest finished.
 #[derive(Default)]
-struct Recorded(Mutex<Vec<Handled>>);
+struct Recorded(Mutex<Vec<Handled>>, Mutex<BTreeSet<String>>);
 
 impl Recorded {
     fn all(&self) -> Vec<Handled> {
         self.0.lock().unwrap().clone()
+    }
+
+    fn reconciled(&self) -> BTreeSet<String> {
+        self.1.lock().unwrap().clone()
     }
 }
 
@@ -91,6 +97,13 @@ impl ClusterWriter for Recorded {
                 });
             }
         }
+        if let Write::Create { json, .. } = &write {
+            let observation: serde_json::Value = serde_json::from_str(json).unwrap();
+            if observation["phase"] == "end" {
+                let key = observation["key"].as_str().unwrap().to_owned();
+                self.1.lock().unwrap().insert(key);
+            }
+        }
         Box::pin(async { Ok(String::new()) })
     }
 }
@@ -101,6 +114,9 @@ call_deadline_ms = 300
 
 [plugins.recorder.grants]
 write = { "v1/ConfigMap" = ["record-event"] }
+
+[plugins.reconciler.grants]
+write = { "test.kubeplug.io/v1/Observation" = ["create"] }
 "#;
 
 fn config_maps() -> Resource {
@@ -812,4 +828,129 @@ async fn every_language_survives_a_hot_reload() {
         );
     }
     harness.stop().await;
+}
+
+/// The handlers registered on the informer of ConfigMaps, if it runs.
+fn config_map_handlers(harness: &Harness) -> Option<usize> {
+    let key = harness
+        .factory
+        .keys()
+        .into_iter()
+        .find(|key| key.resource.kind == "ConfigMap")?;
+    Some(harness.factory.informer(&key)?.handler_count())
+}
+
+fn handled_keys(harness: &Harness) -> BTreeSet<String> {
+    harness.recorded.all().into_iter().map(|h| h.key).collect()
+}
+
+/// Leader election's side of the host: a follower loads plugins and keeps their informers
+/// warm but registers no handler; leading replays the cache; losing the lead unregisters at
+/// once; leading again replays what changed meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_loads_plugins_and_delivers_only_while_it_leads() {
+    let harness = Harness::start(Duration::from_millis(50)).await;
+    harness.host.follow().await;
+    harness.write_config_map("before", 1);
+    harness.publish("recorder.wasm", &guest_bytes("recorder"));
+    eventually("the recorder waits on standby", LONG, || {
+        harness
+            .report("recorder.wasm")
+            .is_some_and(|r| r.state == "standby")
+    })
+    .await;
+    assert_eq!(
+        config_map_handlers(&harness),
+        Some(0),
+        "informer warm, no handler"
+    );
+
+    harness.host.lead().await;
+    assert_eq!(harness.report("recorder.wasm").unwrap().state, "running");
+    assert_eq!(config_map_handlers(&harness), Some(1));
+    eventually(
+        "the leader gets the cache as its initial list",
+        LONG,
+        || handled_keys(&harness).contains("default/before"),
+    )
+    .await;
+
+    harness.host.follow().await;
+    assert_eq!(config_map_handlers(&harness), Some(0));
+    assert_eq!(harness.report("recorder.wasm").unwrap().state, "standby");
+    harness.write_config_map("while-following", 2);
+    eventually("the warm informer sees the change", LONG, || {
+        harness
+            .factory
+            .informer(&harness.factory.keys()[0])
+            .is_some_and(|i| i.indexer().len() == 2)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !handled_keys(&harness).contains("default/while-following"),
+        "a follower delivered"
+    );
+
+    harness.host.lead().await;
+    eventually("the new leader gets what changed meanwhile", LONG, || {
+        handled_keys(&harness).contains("default/while-following")
+    })
+    .await;
+    harness.stop().await;
+}
+
+/// Writes `count` ConfigMaps, loads the reconciler, and waits until every key is queued
+/// and some reconciled.
+async fn reconciler_with_a_queue(count: usize) -> Harness {
+    let harness = Harness::start(Duration::from_millis(50)).await;
+    for i in 0..count {
+        harness.write_config_map(&format!("cm-{i}"), i as u64);
+    }
+    harness.publish("reconciler.wasm", &guest_bytes("reconciler"));
+    eventually(
+        "the reconciler took its keys from its listener",
+        LONG,
+        || {
+            harness.report("reconciler.wasm").is_some_and(|r| {
+                r.state == "running"
+                    && r.buffer_depth == 0
+                    && !harness.recorded.reconciled().is_empty()
+            })
+        },
+    )
+    .await;
+    harness
+}
+
+/// Graceful shutdown: informers stop, then the keys already queued are still reconciled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draining_reconciles_every_queued_key_before_the_deadline() {
+    let count = 200;
+    let harness = reconciler_with_a_queue(count).await;
+    harness.cancel.cancel();
+    harness.factory.shutdown().await;
+    harness.host.drain(tokio::time::Instant::now() + LONG).await;
+    assert_eq!(harness.recorded.reconciled().len(), count);
+}
+
+/// Past the deadline, queued keys are dropped: only the calls in flight finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draining_drops_the_keys_left_at_the_deadline() {
+    let count = 200;
+    let harness = reconciler_with_a_queue(count).await;
+    harness.cancel.cancel();
+    harness.factory.shutdown().await;
+    harness.host.drain(tokio::time::Instant::now()).await;
+    let reconciled = harness.recorded.reconciled().len();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        harness.recorded.reconciled().len(),
+        reconciled,
+        "a plugin was called after the drain returned"
+    );
+    assert!(
+        reconciled < count,
+        "all {count} keys were reconciled at once"
+    );
 }
