@@ -70,6 +70,36 @@ impl Host {
         Self { child, address }
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, `TERM`) to the host process.
+    fn signal(&self, signal: &str) {
+        let sent = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{signal}");
+    }
+
+    /// SIGTERM, then the exit status once the host has stopped (within a minute).
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        self.signal("TERM");
+        wait_until("the host exits after SIGTERM", || {
+            self.child.try_wait().unwrap()
+        })
+    }
+
+    /// Whether `leader_election_master_status` says this replica leads.
+    fn leads(&self) -> bool {
+        let (_, metrics) = self.get("/metrics");
+        metrics.contains("leader_election_master_status{name=\"kubeplug\"} 1")
+    }
+
+    /// The state `/plugins` reports for the only plugin.
+    fn plugin_state(&self) -> String {
+        let (_, body) = self.get("/plugins");
+        let plugins: serde_json::Value = serde_json::from_str(&body).unwrap();
+        plugins[0]["state"].as_str().unwrap_or_default().to_owned()
+    }
+
     fn get(&self, path: &str) -> (u16, String) {
         let mut stream = TcpStream::connect(self.address).unwrap();
         stream
@@ -100,7 +130,7 @@ impl Host {
 }
 
 /// Polls `probe` every 100 ms until it gives a value; panics naming `what` after a minute.
-fn wait_until<T>(what: &str, probe: impl Fn() -> Option<T>) -> T {
+fn wait_until<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(value) = probe() {
@@ -262,4 +292,123 @@ fn local_and_kubeconfig_exclude_each_other_and_a_bad_kubeconfig_is_named() {
         stderr.contains("/nonexistent/kubeconfig") && stderr.contains("--local"),
         "{stderr}"
     );
+}
+
+/// Names of the objects label-audit recorded an Event about.
+fn audited(server: &FakeApiServer) -> std::collections::BTreeSet<String> {
+    let events = Resource::new("events.k8s.io", "v1", "Event", "events", true);
+    server
+        .memory()
+        .snapshot(&events)
+        .values()
+        .map(|json| serde_json::from_slice::<serde_json::Value>(json).unwrap())
+        .filter_map(|event| Some(event["regarding"]["name"].as_str()?.to_owned()))
+        .collect()
+}
+
+fn lease_holder(server: &FakeApiServer) -> Option<String> {
+    let leases = Resource::new("coordination.k8s.io", "v1", "Lease", "leases", true);
+    let key = kubeplug_informer::object::ObjectKey::new(Some("kubeplug"), "kubeplug");
+    let lease: serde_json::Value =
+        serde_json::from_slice(&server.memory().get(&leases, &key)?).unwrap();
+    lease["spec"]["holderIdentity"]
+        .as_str()
+        .filter(|holder| !holder.is_empty())
+        .map(str::to_owned)
+}
+
+/// Two replicas with `--leader-elect` and short durations: only the leader delivers. When
+/// it stops renewing (SIGSTOP), the other takes over within the lease duration and a retry
+/// period, and handles every Deployment, also those created meanwhile; the old leader, woken
+/// up, steps down. SIGTERM stops a replica gracefully, releasing the Lease if it holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_elect_one_leader_and_the_other_takes_over() {
+    let server = FakeApiServer::start(FakeOptions::default()).await.unwrap();
+    server.serve(deployments());
+    let deployment = |name: &str| {
+        server
+            .memory()
+            .create(
+                &deployments(),
+                &format!(r#"{{"metadata":{{"name":"{name}","namespace":"team-a"}}}}"#),
+            )
+            .unwrap();
+    };
+    deployment("before");
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server.write_kubeconfig(dir.path()).unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::copy(
+        built_plugin("label-audit"),
+        plugins.join("label-audit.wasm"),
+    )
+    .unwrap();
+    let config = dir.path().join("kubeplug.toml");
+    std::fs::write(
+        &config,
+        "[plugins.label-audit.grants]\nwrite = { \"apps/v1/Deployment\" = [\"record-event\"] }\n",
+    )
+    .unwrap();
+    let lease = Duration::from_secs(1);
+    let retry = Duration::from_millis(200);
+    let replica = |identity: &str| {
+        let identity = format!("--leader-elect-identity={identity}");
+        let args = [
+            "--kubeconfig".as_ref(),
+            kubeconfig.as_os_str(),
+            "--plugins".as_ref(),
+            plugins.as_os_str(),
+            "--config".as_ref(),
+            config.as_os_str(),
+            "--leader-elect".as_ref(),
+            "--leader-elect-namespace=kubeplug".as_ref(),
+            "--leader-elect-lease-duration=1s".as_ref(),
+            "--leader-elect-renew-deadline=700ms".as_ref(),
+            "--leader-elect-retry-period=200ms".as_ref(),
+            identity.as_ref(),
+        ]
+        .map(Path::new);
+        Host::start(&args)
+    };
+
+    let mut a = replica("a");
+    wait_until("a leads", || a.leads().then_some(()));
+    let mut b = replica("b");
+    b.wait_for("/readyz", |status, _| status == 200);
+    wait_until("a audited the Deployment", || {
+        audited(&server).contains("before").then_some(())
+    });
+    assert!(!b.leads());
+    assert_eq!(b.plugin_state(), "standby");
+    assert_eq!(a.plugin_state(), "running");
+    assert_eq!(lease_holder(&server).as_deref(), Some("a"));
+
+    a.signal("STOP");
+    let stopped = Instant::now();
+    deployment("meanwhile");
+    wait_until("b takes over", || b.leads().then_some(()));
+    let takeover = stopped.elapsed();
+    eprintln!("takeover {takeover:?} after the leader stopped renewing");
+    // Scheduling and the 100 ms polling of this test add to the protocol's bound.
+    let slack = Duration::from_secs(2);
+    assert!(
+        takeover <= lease + retry + slack,
+        "took {takeover:?} to take over a {lease:?} lease retried every {retry:?}"
+    );
+    assert_eq!(b.plugin_state(), "running");
+    wait_until("b audited what was created meanwhile", || {
+        audited(&server).contains("meanwhile").then_some(())
+    });
+    assert_eq!(lease_holder(&server).as_deref(), Some("b"));
+
+    a.signal("CONT");
+    wait_until("the old leader steps down", || {
+        (!a.leads() && a.plugin_state() == "standby").then_some(())
+    });
+
+    assert!(a.terminate().success());
+    assert_eq!(lease_holder(&server).as_deref(), Some("b"));
+    assert!(b.terminate().success());
+    assert_eq!(lease_holder(&server), None, "b released the Lease");
 }
