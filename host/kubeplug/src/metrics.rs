@@ -1,5 +1,6 @@
 //! Informer and plugin series for `/metrics`, read from the running host at each scrape.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -10,6 +11,8 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+
+use kubeplug_runtime::status::{MetricValue, SeriesKey};
 
 use crate::plugins::{PluginHost, PluginReport};
 
@@ -124,7 +127,7 @@ impl Collector for InformerCollector {
 /// Per plugin (label `plugin`; the file for one that failed to load):
 /// `kubeplug_plugin_loaded` (1 when running), `kubeplug_plugin_quarantined`,
 /// `kubeplug_plugin_events_total` and `kubeplug_plugin_failures_total` (over every version
-/// of the file); and `kubeplug_plugin_reloads_total{result}`.
+/// of the file); `kubeplug_plugin_reloads_total{result}`; and the series plugins define.
 #[derive(Debug)]
 pub(crate) struct PluginCollector {
     host: Arc<PluginHost>,
@@ -183,6 +186,49 @@ impl Collector for PluginCollector {
             help: "Loads of new or changed plugin files (the first load included), by result.",
             kind: Kind::Counter(|n: &u64| *n),
         }];
-        encode(&mut encoder, "result", &results, &reloads)
+        encode(&mut encoder, "result", &results, &reloads)?;
+        encode_plugin_series(&mut encoder, self.host.plugin_series())
     }
+}
+
+/// The series plugins defined through `metrics`, each with a `plugin` label. A name is one
+/// family across plugins; a plugin that uses a name another plugin uses as the other type
+/// has those series left out (the runtime keeps each plugin's own names consistent).
+fn encode_plugin_series(
+    encoder: &mut DescriptorEncoder,
+    plugins: Vec<(String, BTreeMap<SeriesKey, MetricValue>)>,
+) -> Result<(), std::fmt::Error> {
+    let mut families: BTreeMap<String, Vec<(Vec<(String, String)>, MetricValue)>> = BTreeMap::new();
+    for (plugin, series) in plugins {
+        for ((name, labels), value) in series {
+            let mut labels = labels;
+            labels.insert(0, ("plugin".to_owned(), plugin.clone()));
+            families.entry(name).or_default().push((labels, value));
+        }
+    }
+    for (name, series) in families {
+        let counter = matches!(series[0].1, MetricValue::Counter(_));
+        let (metric_type, family_name) = match counter {
+            // The encoder appends `_total` to counters.
+            true => (
+                MetricType::Counter,
+                name.strip_suffix("_total").unwrap_or(&name),
+            ),
+            false => (MetricType::Gauge, name.as_str()),
+        };
+        let help = "Defined by the plugin named in the `plugin` label.";
+        let mut family = encoder.encode_descriptor(family_name, help, None, metric_type)?;
+        for (labels, value) in &series {
+            match *value {
+                MetricValue::Counter(count) if counter => {
+                    ConstCounter::new(count).encode(family.encode_family(labels)?)?;
+                }
+                MetricValue::Gauge(level) if !counter => {
+                    ConstGauge::new(level).encode(family.encode_family(labels)?)?;
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }

@@ -269,6 +269,11 @@ fn a_running_host_serves_probes_metrics_and_plugin_status_and_follows_the_manife
         plugins.path().join("reconciler.wasm"),
     )
     .unwrap();
+    std::fs::copy(
+        built_plugin("label-reader"),
+        plugins.path().join("label-reader.wasm"),
+    )
+    .unwrap();
     std::fs::write(plugins.path().join("broken.wasm"), b"\0asm but not really").unwrap();
 
     let cluster = tempfile::tempdir().unwrap();
@@ -281,6 +286,11 @@ fn a_running_host_serves_probes_metrics_and_plugin_status_and_follows_the_manife
     std::fs::write(
         cluster.path().join("cm.yaml"),
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: team-a\n  labels: {mode: ok}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        cluster.path().join("pod.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web-1\n  namespace: team-a\n  labels: {app: web}\n",
     )
     .unwrap();
     let config = cluster.path().join("kubeplug.toml");
@@ -337,6 +347,7 @@ fn a_running_host_serves_probes_metrics_and_plugin_status_and_follows_the_manife
 
     let metrics = host.wait_for("/metrics", |_, body| {
         body.contains("workqueue_adds_total{name=\"reconciler\"}")
+            && body.contains("web_total{plugin=\"label-reader\"} 1")
     });
     let lines = metrics.lines().map(|l| Ok(l.to_owned()));
     let scrape =
@@ -359,6 +370,9 @@ fn a_running_host_serves_probes_metrics_and_plugin_status_and_follows_the_manife
     assert!(has("workqueue_adds_total", ("name", "reconciler")));
     assert!(has("workqueue_depth", ("name", "reconciler")));
     assert!(has("kubeplug_plugin_reloads_total", ("result", "success")));
+    // Series a plugin defines through `metrics`, labelled with the plugin.
+    assert!(has("events_total", ("plugin", "label-reader")));
+    assert!(!metrics.contains("_total_total"), "{metrics}");
 
     // The directory is live: a file dropped in loads (here it is refused, as a second
     // label-audit), and removing a file unloads its plugin.

@@ -155,7 +155,17 @@ pub enum MetricError {
     /// Counter used as gauge or the reverse.
     #[error("{0} is already a metric of the other type")]
     TypeMismatch(String),
+    /// A name the host's own series use.
+    #[error(
+        "{0:?} is reserved for the host: metric names may not start with {RESERVED_PREFIXES:?}, and the label `plugin` is set by the host"
+    )]
+    Reserved(String),
 }
+
+/// Prefixes of the host's own series (kubeplug, client-go's workqueue, controller-runtime's
+/// leader election, the process collector), which a plugin's series must not collide with.
+pub const RESERVED_PREFIXES: [&str; 4] =
+    ["kubeplug_", "workqueue_", "leader_election_", "process_"];
 
 fn valid_name(name: &str) -> bool {
     let mut bytes = name.bytes();
@@ -175,6 +185,15 @@ impl PluginMetrics {
     ) -> Result<(), MetricError> {
         if !valid_name(name) {
             return Err(MetricError::InvalidName(name.to_owned()));
+        }
+        if RESERVED_PREFIXES
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+        {
+            return Err(MetricError::Reserved(name.to_owned()));
+        }
+        if let Some((reserved, _)) = labels.iter().find(|(k, _)| k == "plugin") {
+            return Err(MetricError::Reserved(reserved.clone()));
         }
         if let Some((bad, _)) = labels
             .iter()
@@ -253,6 +272,14 @@ mod tests {
         assert!(matches!(
             m.counter_add("9bad", vec![], 1),
             Err(MetricError::InvalidName(_))
+        ));
+        assert!(matches!(
+            m.gauge_set("workqueue_depth", vec![], 1.0),
+            Err(MetricError::Reserved(_))
+        ));
+        assert!(matches!(
+            m.gauge_set("ok", vec![("plugin".into(), "other".into())], 1.0),
+            Err(MetricError::Reserved(_))
         ));
         for i in 1..MAX_SERIES {
             m.gauge_set("g", vec![("i".into(), i.to_string())], 1.0)

@@ -19,6 +19,7 @@ use kubeplug_informer::indexer::Indexer;
 use kubeplug_informer::informer::HandlerOptions;
 use kubeplug_informer::listener::{BufferPolicy, ListenerProbe, ListenerReceiver};
 use kubeplug_informer::resource::Resource;
+use kubeplug_runtime::status::{MetricValue, SeriesKey};
 use kubeplug_runtime::view::BoxFuture;
 use kubeplug_runtime::{
     CacheView, ClusterWriter, Delivery, DriverControl, Gvk, LoadError, ObjectRef, Plugin,
@@ -797,6 +798,18 @@ impl PluginHost {
             }
             info!(plugin = %name, file = %path.display(), "plugin unloaded: its file was removed");
         }
+    }
+
+    /// The series each serving plugin defined through `metrics`, by plugin name.
+    pub(crate) fn plugin_series(&self) -> Vec<(String, BTreeMap<SeriesKey, MetricValue>)> {
+        self.table()
+            .values()
+            .filter_map(|entry| entry.serving.as_ref())
+            .map(|serving| {
+                let plugin = &serving.plugin;
+                (plugin.name().to_owned(), plugin.metrics().snapshot())
+            })
+            .collect()
     }
 
     /// Every plugin file seen, with its state.
