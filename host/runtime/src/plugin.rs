@@ -465,6 +465,12 @@ impl PluginInstance {
         })
     }
 
+    /// Bytes of linear memory this instance holds (all its core memories): what the guest
+    /// reserved, whether or not it touched the pages.
+    pub fn linear_memory_bytes(&self) -> usize {
+        self.store.data().limits.linear_memory
+    }
+
     /// Starts a call's clock.
     fn arm(&mut self) {
         self.store.data_mut().deadline = Instant::now() + self.deadline;

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use tokio::io::AsyncWrite;
 use wasmtime::component::ResourceTable;
-use wasmtime::{StoreLimits, StoreLimitsBuilder};
+use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -80,7 +80,7 @@ impl LogBudget {
 pub(crate) struct StoreState {
     wasi: WasiCtx,
     table: ResourceTable,
-    pub(crate) limits: StoreLimits,
+    pub(crate) limits: MeteredLimits,
     /// When the current call must have returned.
     pub(crate) deadline: Instant,
     pub(crate) host: Arc<HostContext>,
@@ -117,10 +117,68 @@ impl StoreState {
         Self {
             wasi,
             table: ResourceTable::new(),
-            limits,
+            limits: MeteredLimits {
+                limits,
+                linear_memory: 0,
+            },
             deadline: Instant::now(),
             host,
         }
+    }
+}
+
+/// The store's [`StoreLimits`], counting the linear memory they let the instance have.
+///
+/// A component's core memories are not visible from the host; the limiter is the one place
+/// wasmtime reports them, as it asks before creating or growing each.
+pub(crate) struct MeteredLimits {
+    limits: StoreLimits,
+    /// Bytes of linear memory granted, summed over the instance's memories. A granted growth
+    /// that then fails to map is still counted (wasmtime does not say by how much it failed).
+    pub(crate) linear_memory: usize,
+}
+
+impl ResourceLimiter for MeteredLimits {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let granted = self.limits.memory_growing(current, desired, maximum)?;
+        if granted {
+            self.linear_memory += desired.saturating_sub(current);
+        }
+        Ok(granted)
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.limits.memory_grow_failed(error)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.limits.table_growing(current, desired, maximum)
+    }
+
+    fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.limits.table_grow_failed(error)
+    }
+
+    fn instances(&self) -> usize {
+        self.limits.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.limits.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.limits.memories()
     }
 }
 

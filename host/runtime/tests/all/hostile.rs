@@ -199,3 +199,28 @@ async fn hostile_plugins_are_contained_and_the_good_one_sees_everything() -> Res
     }
     Ok(())
 }
+
+/// What an instance reports holding is what wasmtime granted it: whole 64 KiB pages, within
+/// the plugin's cap, the same for every fresh instance (the figure `benches/languages.rs`
+/// prints beside RSS).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_reports_the_linear_memory_it_was_granted() -> Result<()> {
+    let runtime = runtime();
+    let limits = PluginLimits::default();
+    let plugin = load(
+        &runtime,
+        "noop",
+        BTreeMap::new(),
+        Arc::new(Recorder::default()),
+        Grants::default(),
+        limits.clone(),
+    )
+    .await?;
+    let granted = plugin.instantiate().await?.linear_memory_bytes();
+    assert!(
+        granted > 0 && granted.is_multiple_of(64 << 10) && granted <= limits.max_memory,
+        "{granted} bytes"
+    );
+    assert_eq!(plugin.instantiate().await?.linear_memory_bytes(), granted);
+    Ok(())
+}
