@@ -191,6 +191,9 @@ impl Collector for PluginCollector {
     }
 }
 
+/// One series of a family: its labels, the plugin's first, and its value.
+type LabelledValue = (Vec<(String, String)>, MetricValue);
+
 /// The series plugins defined through `metrics`, each with a `plugin` label. A name is one
 /// family across plugins; a plugin that uses a name another plugin uses as the other type
 /// has those series left out (the runtime keeps each plugin's own names consistent).
@@ -198,7 +201,7 @@ fn encode_plugin_series(
     encoder: &mut DescriptorEncoder,
     plugins: Vec<(String, BTreeMap<SeriesKey, MetricValue>)>,
 ) -> Result<(), std::fmt::Error> {
-    let mut families: BTreeMap<String, Vec<(Vec<(String, String)>, MetricValue)>> = BTreeMap::new();
+    let mut families: BTreeMap<String, Vec<LabelledValue>> = BTreeMap::new();
     for (plugin, series) in plugins {
         for ((name, labels), value) in series {
             let mut labels = labels;
