@@ -73,6 +73,11 @@ pub(crate) struct RbacArgs {
     /// The namespace of the host's ServiceAccount.
     #[arg(long, default_value = "kubeplug")]
     pub(crate) service_account_namespace: String,
+
+    /// Also print what `run --leader-elect` needs: a Role and RoleBinding, in the
+    /// ServiceAccount's namespace, to get, create and update Leases.
+    #[arg(long, env = "KUBEPLUG_LEADER_ELECT")]
+    pub(crate) leader_elect: bool,
 }
 
 /// Flags of `kubeplug run`.

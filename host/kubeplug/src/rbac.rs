@@ -118,8 +118,50 @@ fn rule_list(rules: &Rules, namespaced: Option<bool>) -> Vec<Value> {
         .collect()
 }
 
-/// The Role/ClusterRole and binding documents for `rules`.
+/// What `run --leader-elect` needs: client-go's Lease lock gets the Lease, creates it when
+/// missing and updates it to acquire, renew and release, in the ServiceAccount's namespace
+/// (where the pod runs, the default of `--leader-elect-namespace`). No `resourceNames`: an
+/// authoriser cannot restrict `create` by name.
+fn leader_election_documents(args: &RbacArgs) -> [Value; 2] {
+    // Named apart from the plugins' Role, which shares the namespace under `--namespace`.
+    let name = format!("{}-leader-election", args.name);
+    let namespace = &args.service_account_namespace;
+    [
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": namespace},
+            "rules": [{
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "verbs": ["create", "get", "update"],
+            }],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{
+                "kind": "ServiceAccount",
+                "name": args.service_account,
+                "namespace": namespace,
+            }],
+        }),
+    ]
+}
+
+/// The Role/ClusterRole and binding documents for `rules`, then leader election's.
 fn documents(rules: &Rules, args: &RbacArgs) -> Vec<Value> {
+    let mut documents = plugin_documents(rules, args);
+    if args.leader_elect {
+        documents.extend(leader_election_documents(args));
+    }
+    documents
+}
+
+/// The Role/ClusterRole and binding documents for `rules`.
+fn plugin_documents(rules: &Rules, args: &RbacArgs) -> Vec<Value> {
     let subject = json!([{
         "kind": "ServiceAccount",
         "name": args.service_account,
@@ -184,6 +226,15 @@ fn plugin_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// This command as typed, so that saved output says how to regenerate it.
+fn invocation() -> String {
+    std::iter::once("kubeplug".into())
+        .chain(std::env::args_os().skip(1))
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Loads every plugin of the directory offline and prints the RBAC documents they need.
 pub(crate) async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     let config = Config::load(args.config.as_deref())?;
@@ -220,10 +271,95 @@ pub(crate) async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     #[allow(clippy::print_stdout)]
     {
         print!(
-            "# RBAC for the plugins in {}: `kubectl apply -f` this.\n{}",
+            "# RBAC for the plugins in {}: `kubectl apply -f` this.\n\
+             # Printed by `{}`; run it again to regenerate.\n{}",
             args.plugins.display(),
+            invocation(),
             yaml.join("---\n")
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn rbac_args(flags: &[&str]) -> RbacArgs {
+        let cli = Cli::try_parse_from(
+            ["kubeplug", "rbac", "--plugins", "plugins"]
+                .iter()
+                .chain(flags),
+        )
+        .unwrap();
+        match cli.command {
+            Command::Rbac(args) => args,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    fn deployments_watched() -> Rules {
+        Rules::from([(
+            ("apps".to_owned(), "deployments".to_owned(), true),
+            BTreeSet::from(["get", "list", "watch"]),
+        )])
+    }
+
+    #[test]
+    fn leader_election_adds_a_role_on_leases_in_the_service_account_namespace() {
+        let args = rbac_args(&[
+            "--leader-elect",
+            "--namespace",
+            "team-a",
+            "--service-account",
+            "host",
+            "--service-account-namespace",
+            "ops",
+        ]);
+        let documents = documents(&deployments_watched(), &args);
+        let kinds: Vec<&str> = documents
+            .iter()
+            .map(|d| d["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["Role", "RoleBinding", "Role", "RoleBinding"]);
+        let (role, binding) = (&documents[2], &documents[3]);
+        assert_eq!(
+            role["metadata"],
+            json!({"name": "kubeplug-leader-election", "namespace": "ops"})
+        );
+        assert_eq!(
+            role["rules"],
+            json!([{
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "verbs": ["create", "get", "update"],
+            }])
+        );
+        assert_eq!(binding["metadata"], role["metadata"]);
+        assert_eq!(binding["roleRef"]["kind"], "Role");
+        assert_eq!(binding["roleRef"]["name"], "kubeplug-leader-election");
+        assert_eq!(
+            binding["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "host", "namespace": "ops"}])
+        );
+        // The plugins' Role keeps its name and namespace: the two never collide.
+        assert_eq!(
+            documents[0]["metadata"],
+            json!({"name": "kubeplug", "namespace": "team-a"})
+        );
+    }
+
+    #[test]
+    fn without_leader_election_no_lease_is_granted() {
+        let documents = documents(&deployments_watched(), &rbac_args(&[]));
+        let kinds: Vec<&str> = documents
+            .iter()
+            .map(|d| d["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["ClusterRole", "ClusterRoleBinding"]);
+        assert!(!documents.iter().any(|d| d.to_string().contains("leases")));
+    }
 }
