@@ -145,7 +145,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
                     args.plugins.display()
                 )
             })?;
-        host.apply(scan.changes).await;
+        let retry = host.apply(scan.changes).await;
+        dir.retry(&retry);
         match scan.recheck_at {
             Some(settled) => tokio::time::sleep_until(settled).await,
             None => break,

@@ -210,6 +210,17 @@ impl PluginDir {
     }
 
     /// Looks at every file now; `hints` are consumed.
+    /// Forgets what was handed out for `paths`, so that the next scan hands their content
+    /// out again even though it did not change: for loads that failed on something outside
+    /// the file (a type not served yet, a name another file holds).
+    pub(crate) fn retry(&mut self, paths: &[PathBuf]) {
+        for path in paths {
+            if let Some(tracked) = self.tracked.get_mut(path) {
+                (tracked.read_at, tracked.handed_out) = (None, None);
+            }
+        }
+    }
+
     pub(crate) fn scan(&mut self, hints: Hints, now: Instant) -> std::io::Result<Scan> {
         let mut changes = Vec::new();
         let mut recheck_at: Option<Instant> = None;
@@ -359,7 +370,9 @@ fn read_stable(path: &Path, stat: Stat) -> std::io::Result<Option<Vec<u8>>> {
     Ok((after == stat && bytes.len() as u64 == stat.len).then_some(bytes))
 }
 
-/// Hands the scanner's changes to `apply` until `cancel` fires.
+/// Hands the scanner's changes to `apply` until `cancel` fires. `apply` returns the files
+/// whose load is worth trying again unchanged (see [`PluginDir::retry`]): the periodic
+/// rescan hands them out again.
 ///
 /// Loop states: `Scan` (look at the directory now), `Wait` (until a file-system event, a
 /// settling file's re-check, or the periodic rescan). The first scan runs at once; its
@@ -367,7 +380,7 @@ fn read_stable(path: &Path, stat: Stat) -> std::io::Result<Option<Vec<u8>>> {
 pub(crate) async fn watch<F, Fut>(mut dir: PluginDir, cancel: CancellationToken, mut apply: F)
 where
     F: FnMut(Vec<Change>) -> Fut,
-    Fut: std::future::Future<Output = ()>,
+    Fut: std::future::Future<Output = Vec<PathBuf>>,
 {
     // Hints coalesce in one bounded structure; `wake` holds at most one permit, so a burst of
     // events costs one scan.
@@ -416,7 +429,8 @@ where
                 match scanned {
                     Ok(scan) => {
                         if !scan.changes.is_empty() {
-                            apply(scan.changes).await;
+                            let retry = apply(scan.changes).await;
+                            dir.retry(&retry);
                         }
                         State::Wait {
                             until: scan.recheck_at.map_or(next_rescan, |t| t.min(next_rescan)),

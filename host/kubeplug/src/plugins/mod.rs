@@ -181,6 +181,18 @@ pub(crate) enum LoadFailure {
 }
 
 impl LoadFailure {
+    /// Whether the same file may load later, once the cluster or the other files change:
+    /// a type served later (a CustomResourceDefinition installed after the plugin), a name
+    /// freed by removing the other file, an informer that could not start.
+    fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            LoadFailure::Unresolved { .. }
+                | LoadFailure::NameTaken { .. }
+                | LoadFailure::Start { .. }
+        )
+    }
+
     /// The file that failed.
     fn path(&self) -> &Path {
         match self {
@@ -426,8 +438,9 @@ impl PluginHost {
 
     /// Carries out one batch of directory changes: new and changed files are loaded in
     /// parallel (bounded by the cores), then swapped in one by one; removed files are
-    /// unloaded.
-    pub(crate) async fn apply(&self, changes: Vec<Change>) {
+    /// unloaded. Returns the files whose load failed for a reason outside the file, to be
+    /// tried again later ([`PluginDir::retry`]).
+    pub(crate) async fn apply(&self, changes: Vec<Change>) -> Vec<PathBuf> {
         let mut contents = Vec::new();
         for change in changes {
             match change {
@@ -450,15 +463,20 @@ impl PluginHost {
             .buffered(parallel)
             .collect()
             .await;
+        let mut retry = Vec::new();
         for result in prepared {
             let installed = match result {
                 Ok(prepared) => self.install(prepared).await,
                 Err(failure) => Err(failure),
             };
             if let Err(failure) = installed {
+                if failure.is_retryable() {
+                    retry.push(failure.path().to_owned());
+                }
                 self.failed(failure);
             }
         }
+        retry
     }
 
     /// Every load stage short of swapping in: settings, compile (through the artefact
@@ -771,7 +789,10 @@ impl PluginHost {
     /// Records a failed load; a version already serving keeps serving.
     fn failed(&self, failure: LoadFailure) {
         let path = failure.path().to_owned();
-        let message = failure.to_string();
+        let mut message = failure.to_string();
+        if failure.is_retryable() {
+            message.push_str(" (tried again at each rescan of the directory)");
+        }
         let mut table = self.table();
         let entry = table.entry(path.clone()).or_default();
         let keeps = entry.serving.as_ref().map(|r| r.plugin.name().to_owned());

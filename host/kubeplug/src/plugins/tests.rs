@@ -126,7 +126,7 @@ fn config_maps() -> Resource {
 /// A host watching a temporary plugins directory, over an empty local cluster.
 struct Harness {
     plugins: tempfile::TempDir,
-    _cluster_dir: tempfile::TempDir,
+    cluster_dir: tempfile::TempDir,
     _artifacts: tempfile::TempDir,
     cluster: LocalCluster,
     factory: SharedInformerFactory,
@@ -141,6 +141,14 @@ struct Harness {
 
 impl Harness {
     async fn start(settle: Duration) -> Self {
+        Self::start_with(DirConfig {
+            settle,
+            ..DirConfig::default()
+        })
+        .await
+    }
+
+    async fn start_with(dir_config: DirConfig) -> Self {
         let cluster_dir = tempfile::tempdir().unwrap();
         let plugins = tempfile::tempdir().unwrap();
         let artifacts = tempfile::tempdir().unwrap();
@@ -166,14 +174,7 @@ impl Harness {
             config,
             None,
         ));
-        let dir = PluginDir::new(
-            plugins.path(),
-            DirConfig {
-                settle,
-                ..DirConfig::default()
-            },
-        )
-        .unwrap();
+        let dir = PluginDir::new(plugins.path(), dir_config).unwrap();
         let cancel = CancellationToken::new();
         let applying = host.clone();
         let watching = tokio::spawn(watch(dir, cancel.clone(), move |changes| {
@@ -182,7 +183,7 @@ impl Harness {
         }));
         Self {
             plugins,
-            _cluster_dir: cluster_dir,
+            cluster_dir,
             _artifacts: artifacts,
             cluster,
             factory,
@@ -937,7 +938,8 @@ async fn draining_reconciles_every_queued_key_before_the_deadline() {
 /// Past the deadline, queued keys are dropped: only the calls in flight finish.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn draining_drops_the_keys_left_at_the_deadline() {
-    let count = 200;
+    // Each reconcile spins 2 ms on one of 4 workers: at least half a second of work queued.
+    let count = 1000;
     let harness = reconciler_with_a_queue(count).await;
     harness.cancel.cancel();
     harness.factory.shutdown().await;
@@ -953,4 +955,43 @@ async fn draining_drops_the_keys_left_at_the_deadline() {
         reconciled < count,
         "all {count} keys were reconciled at once"
     );
+}
+
+/// A load that failed on the cluster, not on the file, is tried again: a plugin for a type
+/// not served yet loads, unchanged, once a CustomResourceDefinition serves the type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_for_a_type_not_served_yet_loads_once_its_crd_is_installed() {
+    let harness = Harness::start_with(DirConfig {
+        settle: Duration::from_millis(50),
+        rescan_every: Duration::from_millis(100),
+        ..DirConfig::default()
+    })
+    .await;
+    harness.publish("recorder.wasm", &guest_bytes("recorder-unknown-kind"));
+    eventually("the load failed on the unserved type", LONG, || {
+        harness.report("recorder.wasm").is_some_and(|r| {
+            r.state == "failed"
+                && r.last_error.as_deref().is_some_and(|e| {
+                    e.contains("example.com/v1/Widget") && e.contains("tried again")
+                })
+        })
+    })
+    .await;
+
+    std::fs::write(
+        harness.cluster_dir.path().join("crd.yaml"),
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.example.com\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {kind: Widget, plural: widgets}\n  versions: [{name: v1, served: true, storage: true}]\n",
+    )
+    .unwrap();
+    harness.cluster.rescan();
+    eventually("the unchanged file loads", LONG, || {
+        harness
+            .report("recorder.wasm")
+            .is_some_and(|r| r.state == "running" && r.last_error.is_none())
+    })
+    .await;
+    let (loaded, failed) = harness.loads();
+    assert_eq!(loaded, 1);
+    assert!(failed >= 1);
+    harness.stop().await;
 }
