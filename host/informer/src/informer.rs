@@ -260,6 +260,19 @@ impl SharedIndexInformer {
     pub fn reflector_stats(&self) -> &ReflectorStats {
         &self.inner.reflector_stats
     }
+
+    /// client-go's `LastSyncResourceVersion`: the Reflector has handed every change up to
+    /// this version to the DeltaFIFO. Empty before the first list.
+    pub fn last_sync_resource_version(&self) -> String {
+        self.inner.reflector_stats.last_sync_resource_version()
+    }
+
+    /// Keys waiting in the DeltaFIFO. A key is popped and handled (cache updated, listeners
+    /// notified) under the FIFO's lock, so zero means every change received so far is in the
+    /// cache and in the listeners' buffers.
+    pub fn queued_keys(&self) -> usize {
+        self.inner.fifo.len()
+    }
 }
 
 /// The delta processor: client-go's HandleDeltas, run for each popped key while the FIFO is

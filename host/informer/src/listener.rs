@@ -160,6 +160,9 @@ struct Shared {
     initial_pending: AtomicUsize,
     /// Number of buffered notifications (the depth gauge).
     depth: AtomicUsize,
+    /// Notifications pushed and not yet handled: buffered, or in a batch not yet dropped.
+    /// Invariant: `unhandled >= depth`.
+    unhandled: AtomicUsize,
     /// The informer's own HasSynced.
     informer_synced: Arc<AtomicBool>,
 }
@@ -171,8 +174,11 @@ impl Shared {
             .expect("listener buffer lock poisoned: a push or pop panicked")
     }
 
-    /// Accounts for initial-list adds leaving the buffer unhandled.
-    fn forget_initial(&self, dropped: &[Notification]) {
+    /// Accounts for notifications leaving the buffer unhandled (replaced or dropped).
+    fn forget(&self, dropped: &[Notification]) {
+        if !dropped.is_empty() {
+            self.unhandled.fetch_sub(dropped.len(), Ordering::AcqRel);
+        }
         let initial = dropped.iter().filter(|n| n.is_initial()).count();
         if initial > 0 {
             self.initial_pending.fetch_sub(initial, Ordering::AcqRel);
@@ -196,6 +202,7 @@ impl Listener {
             ready: Notify::new(),
             initial_pending: AtomicUsize::new(0),
             depth: AtomicUsize::new(0),
+            unhandled: AtomicUsize::new(0),
             informer_synced,
         });
         let listener = Self {
@@ -221,8 +228,9 @@ impl Listener {
         if initial {
             self.shared.initial_pending.fetch_add(1, Ordering::AcqRel);
         }
+        self.shared.unhandled.fetch_add(1, Ordering::AcqRel);
         match buffer.push(notification) {
-            Some(replaced) => self.shared.forget_initial(&[replaced]),
+            Some(replaced) => self.shared.forget(&[replaced]),
             None => {
                 self.shared.depth.fetch_add(1, Ordering::Relaxed);
             }
@@ -264,7 +272,7 @@ fn close(shared: &Shared) {
     buffer.positions.clear();
     drop(buffer);
     shared.depth.store(0, Ordering::Relaxed);
-    shared.forget_initial(&dropped);
+    shared.forget(&dropped);
     shared.ready.notify_one();
 }
 
@@ -338,7 +346,7 @@ impl ListenerReceiver {
         self.shared
             .depth
             .fetch_sub(dropped.len(), Ordering::Relaxed);
-        self.shared.forget_initial(&dropped);
+        self.shared.forget(&dropped);
     }
 
     /// Which listener this is.
@@ -380,6 +388,13 @@ impl ListenerProbe {
         self.shared.informer_synced.load(Ordering::Acquire)
             && self.shared.initial_pending.load(Ordering::Acquire) == 0
     }
+
+    /// Notifications pushed and not yet handled: waiting in the buffer, or taken in a batch
+    /// that has not been dropped. Zero means the handler has finished with everything it was
+    /// given (e.g. for a test harness waiting until a handler is idle).
+    pub fn unhandled(&self) -> usize {
+        self.shared.unhandled.load(Ordering::Acquire)
+    }
 }
 
 impl Drop for ListenerReceiver {
@@ -411,6 +426,9 @@ impl std::ops::Deref for NotificationBatch {
 
 impl Drop for NotificationBatch {
     fn drop(&mut self) {
+        self.shared
+            .unhandled
+            .fetch_sub(self.notifications.len(), Ordering::AcqRel);
         if self.initial > 0 {
             self.shared
                 .initial_pending
@@ -443,6 +461,25 @@ mod tests {
             .iter()
             .map(|n| (n.key().to_string(), n.object().resource_version()))
             .collect()
+    }
+
+    #[tokio::test]
+    async fn a_notification_is_unhandled_until_its_batch_is_dropped() {
+        let synced = Arc::new(AtomicBool::new(true));
+        let (listener, mut rx) =
+            Listener::new(ListenerId(1), BufferPolicy::CoalesceByKey, None, synced);
+        let probe = rx.probe();
+        listener.push(add("a", 1, false));
+        listener.push(add("a", 2, false));
+        listener.push(add("b", 3, false));
+        assert_eq!(probe.unhandled(), 2, "a coalesced notification counts once");
+        let batch = rx.recv_batch(10).await.unwrap();
+        assert_eq!((probe.depth(), probe.unhandled()), (0, 2));
+        drop(batch);
+        assert_eq!(probe.unhandled(), 0);
+        listener.push(add("c", 4, false));
+        drop(rx);
+        assert_eq!(probe.unhandled(), 0, "a closed buffer drops its backlog");
     }
 
     #[tokio::test]

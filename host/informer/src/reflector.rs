@@ -6,8 +6,8 @@
 //! Gone`, and back off exponentially with jitter on other errors.
 
 use std::ops::Range;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -121,6 +121,28 @@ pub struct ReflectorStats {
     pub skipped_objects: AtomicU64,
     /// List and watch failures.
     pub errors: AtomicU64,
+    /// The resourceVersion of the last list or watch event (bookmarks included) whose
+    /// changes are in the DeltaFIFO; empty before the first list.
+    last_sync_resource_version: Mutex<String>,
+}
+
+impl ReflectorStats {
+    /// client-go's `LastSyncResourceVersion`: every change up to this version has been
+    /// handed to the DeltaFIFO. Empty before the first list.
+    pub fn last_sync_resource_version(&self) -> String {
+        self.last_sync().clone()
+    }
+
+    fn set_last_sync_resource_version(&self, resource_version: &str) {
+        resource_version.clone_into(&mut self.last_sync());
+    }
+
+    fn last_sync(&self) -> std::sync::MutexGuard<'_, String> {
+        // A plain assignment cannot leave the string half-written.
+        self.last_sync_resource_version
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// What the Reflector knows and waits for.
@@ -297,6 +319,8 @@ impl Reflector {
                         debug!(objects = items.len(), rv = %page.resource_version, "listed");
                         self.stats.lists.fetch_add(1, Ordering::Relaxed);
                         self.fifo.replace(items);
+                        self.stats
+                            .set_last_sync_resource_version(&page.resource_version);
                         State::Watch {
                             resource_version: page.resource_version,
                             streaming_list: false,
@@ -470,6 +494,9 @@ impl Reflector {
                 });
                 return self.after_broken_watch(resource_version, initial.is_some(), gone, None);
             }
+        }
+        if initial.is_none() {
+            self.stats.set_last_sync_resource_version(&resource_version);
         }
         State::Watching {
             stream,

@@ -152,7 +152,8 @@ pub struct ScanReport {
 /// objects. Namespaced objects without a namespace go to `default`, as with kubectl.
 #[derive(Clone)]
 pub struct LocalCluster {
-    dir: PathBuf,
+    /// The manifest directories and files served.
+    roots: Vec<PathBuf>,
     server: MemoryServer,
     state: Arc<Mutex<State>>,
 }
@@ -160,7 +161,7 @@ pub struct LocalCluster {
 impl std::fmt::Debug for LocalCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalCluster")
-            .field("dir", &self.dir)
+            .field("roots", &self.roots)
             .finish()
     }
 }
@@ -169,13 +170,23 @@ impl LocalCluster {
     /// Serves `dir`, loading it once. Fails only if the directory cannot be listed; problems
     /// with single files are in the report.
     pub fn open(dir: impl Into<PathBuf>) -> Result<(Self, ScanReport), LocalError> {
-        let dir = dir.into();
-        std::fs::read_dir(&dir).map_err(|source| LocalError::ReadDir {
-            path: dir.clone(),
-            source,
-        })?;
+        Self::open_paths(vec![dir.into()])
+    }
+
+    /// Serves the manifests of several directories and files (a file is read whatever its
+    /// extension), loading them once; no paths serve an empty cluster. Fails only if a path
+    /// cannot be read; problems with single files are in the report.
+    pub fn open_paths(roots: Vec<PathBuf>) -> Result<(Self, ScanReport), LocalError> {
+        for root in &roots {
+            let path = root.clone();
+            if root.is_dir() {
+                std::fs::read_dir(root).map_err(|source| LocalError::ReadDir { path, source })?;
+            } else {
+                std::fs::metadata(root).map_err(|source| LocalError::ReadFile { path, source })?;
+            }
+        }
         let cluster = Self {
-            dir,
+            roots,
             server: MemoryServer::new(),
             state: Arc::default(),
         };
@@ -188,9 +199,9 @@ impl LocalCluster {
         &self.server
     }
 
-    /// The manifest directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// The manifest directories and files served.
+    pub fn roots(&self) -> &[PathBuf] {
+        &self.roots
     }
 
     /// The kinds served now: the built-in ones and those the manifests' CRDs declare.
@@ -214,12 +225,20 @@ impl LocalCluster {
     pub fn rescan(&self) -> ScanReport {
         let mut report = ScanReport::default();
         let mut paths = Vec::new();
-        if let Err(source) = collect_manifests(&self.dir, &mut paths) {
-            report.errors.push(LocalError::ReadDir {
-                path: self.dir.clone(),
-                source,
-            });
-            return report;
+        for root in &self.roots {
+            let collected = if root.is_dir() {
+                collect_manifests(root, &mut paths)
+            } else {
+                paths.push(root.clone());
+                Ok(())
+            };
+            if let Err(source) = collected {
+                report.errors.push(LocalError::ReadDir {
+                    path: root.clone(),
+                    source,
+                });
+                return report;
+            }
         }
         let mut state = self.lock();
 
@@ -370,11 +389,13 @@ impl LocalCluster {
             }
         })
         .and_then(|mut watcher| {
-            watcher.watch(&self.dir, notify::RecursiveMode::Recursive)?;
+            for root in &self.roots {
+                watcher.watch(root, notify::RecursiveMode::Recursive)?;
+            }
             Ok(watcher)
         })
         .inspect_err(|error| {
-            warn!(dir = %self.dir.display(), %error, "cannot watch the manifest directory; rescanning every {RESCAN_EVERY:?} only");
+            warn!(roots = ?self.roots, %error, "cannot watch the manifests; rescanning every {RESCAN_EVERY:?} only");
         })
         .ok();
         let cluster = self.clone();
@@ -586,6 +607,33 @@ metadata:
         );
         let namespaces = Resource::new("", "v1", "Namespace", "namespaces", false);
         assert_eq!(keys(&cluster, &namespaces), ["team-a"]);
+    }
+
+    #[test]
+    fn files_and_directories_are_served_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let apps = dir.path().join("apps");
+        std::fs::create_dir(&apps).unwrap();
+        write(&apps, "apps.yaml", TWO_DEPLOYMENTS);
+        // A file named explicitly is read whatever its extension.
+        write(
+            dir.path(),
+            "fixture.txt",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: extra\n",
+        );
+        let (cluster, report) =
+            LocalCluster::open_paths(vec![apps, dir.path().join("fixture.txt")]).unwrap();
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert_eq!(
+            keys(&cluster, &deployments()),
+            ["default/extra", "default/web", "team-a/api"]
+        );
+        let (empty, _) = LocalCluster::open_paths(Vec::new()).unwrap();
+        assert!(empty.resolve("apps/v1", "Deployment").is_some());
+        let missing = LocalCluster::open_paths(vec![dir.path().join("missing.yaml")])
+            .unwrap_err()
+            .to_string();
+        assert!(missing.contains("missing.yaml"), "{missing}");
     }
 
     #[test]

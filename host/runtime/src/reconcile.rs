@@ -7,6 +7,7 @@ use std::time::Duration;
 use kubeplug_informer::listener::{ListenerReceiver, Notification};
 use kubeplug_workqueue::{Outcome, Queue, Workers, run_workers};
 use tokio::task::JoinHandle;
+use tracing::Instrument as _;
 
 use crate::bindings::guest::ReconcileResult;
 use crate::convert;
@@ -85,7 +86,13 @@ pub fn drive_reconcile(
         let shared = shared.clone();
         async move {
             match current {
-                Some(plugin) => reconcile_one(&shared.of(plugin), target).await,
+                Some(plugin) => {
+                    let span =
+                        tracing::debug_span!("reconcile", plugin = plugin.name(), key = %target);
+                    reconcile_one(&shared.of(plugin), target)
+                        .instrument(span)
+                        .await
+                }
                 // Stopped: the host is discarding this queue.
                 None => Outcome::Done,
             }
@@ -181,8 +188,26 @@ async fn feed(
     }
 }
 
-/// One `reconcile` call on a pooled instance, as a worker outcome.
+/// One `reconcile` call on a pooled instance, as a worker outcome, which it reports in a
+/// `debug` event "reconciled" (fields `plugin`, `key`, `result`: `done`, `requeue-after`
+/// with `requeue_after_ms`, or `error` with `error`), e.g. for `kubeplug test`.
 async fn reconcile_one(version: &Version, target: ObjectRef) -> Outcome<String> {
+    let plugin = version.plugin.name();
+    let outcome = call_reconcile(version, &target).await;
+    match &outcome {
+        Outcome::Done => tracing::debug!(plugin, key = %target, result = "done", "reconciled"),
+        Outcome::RequeueAfter(delay) => tracing::debug!(
+            plugin, key = %target, result = "requeue-after",
+            requeue_after_ms = delay.as_millis() as u64, "reconciled"
+        ),
+        Outcome::Error(error) => {
+            tracing::debug!(plugin, key = %target, result = "error", %error, "reconciled");
+        }
+    }
+    outcome
+}
+
+async fn call_reconcile(version: &Version, target: &ObjectRef) -> Outcome<String> {
     let (plugin, breaker) = (&version.plugin, &version.breaker);
     breaker.wait().await;
     let mut instance = match version.take_instance().await {
@@ -190,7 +215,7 @@ async fn reconcile_one(version: &Version, target: ObjectRef) -> Outcome<String> 
         Err(e) => return fail(plugin, breaker, e.to_string()),
     };
     PluginStats::add(&plugin.stats().reconciles, 1);
-    match instance.reconcile(&target).await {
+    match instance.reconcile(target).await {
         Ok(result) => {
             version.put_instance(instance);
             match result {

@@ -323,6 +323,13 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
         self.len() == 0
     }
 
+    /// The number of items handed out by [`get`](Self::get) and not yet [`done`](Self::done)
+    /// (client-go's unfinished work). With [`len`](Self::len) zero too, no item is waiting or
+    /// being worked on; only [`add_after`](Self::add_after) deadlines may still be pending.
+    pub fn processing(&self) -> usize {
+        self.shared.lock().processing.len()
+    }
+
     /// Stops the queue: later adds are ignored, pending [`add_after`](Self::add_after) timers
     /// are cancelled, and every waiting [`get`](Self::get) wakes up. Items already waiting are
     /// still handed out; `get` returns `None` once none are left. Also ends a
@@ -522,11 +529,6 @@ impl<T: Hash + Eq + Clone + Send + 'static> Queue<T> {
             );
         }
     }
-
-    /// How many items are handed out and not yet done.
-    pub(crate) fn processing_len(&self) -> usize {
-        self.shared.lock().processing.len()
-    }
 }
 
 #[cfg(test)]
@@ -603,7 +605,7 @@ mod tests {
         queue.done(&item);
         queue.done(&42);
         assert!(would_block(&queue));
-        assert_eq!(queue.processing_len(), 0);
+        assert_eq!(queue.processing(), 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -885,7 +887,7 @@ mod tests {
             worker.await.unwrap();
         }
         queue.check_invariants();
-        assert_eq!(queue.processing_len(), 0);
+        assert_eq!(queue.processing(), 0);
         let last_start = last_start.lock().unwrap();
         for (item, added) in last_add.lock().unwrap().iter() {
             let started = last_start.get(item).copied().unwrap_or(0);

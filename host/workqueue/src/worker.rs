@@ -239,7 +239,7 @@ mod tests {
 
         queue.shut_down();
         workers.join().await;
-        assert_eq!(queue.processing_len(), 0);
+        assert_eq!(queue.processing(), 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -346,10 +346,10 @@ mod tests {
         });
         queue.add("slow");
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(queue.processing_len(), 1);
+        assert_eq!(queue.processing(), 1);
         workers.abort();
         workers.join().await;
-        assert_eq!(queue.processing_len(), 0, "the cancelled item is done");
+        assert_eq!(queue.processing(), 0, "the cancelled item is done");
         queue.add("slow");
         assert_eq!(queue.len(), 1, "and can be handed out again");
     }

@@ -160,6 +160,36 @@ async fn a_late_handler_gets_the_cache_then_live_events() {
     informer.stop().await;
 }
 
+/// The barrier a test harness uses: after a bookmark, once the last sync version reaches
+/// the server's and the FIFO is empty, the handler has been given every change.
+#[tokio::test(start_paused = true)]
+async fn a_bookmark_moves_the_last_sync_version_past_every_change() {
+    let server = MemoryServer::new();
+    let informer = informer_on(&server);
+    let handler = informer.add_handler(HandlerOptions::default());
+    assert_eq!(informer.last_sync_resource_version(), "");
+    informer.start();
+    informer.wait_for_sync().await;
+    server.create(&pods(), &pod("a", 1)).unwrap();
+    server.create(&pods(), &pod("b", 1)).unwrap();
+    let target = server.current_resource_version();
+    server.bookmark();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while informer.last_sync_resource_version().parse::<u64>().ok() < Some(target)
+        || informer.queued_keys() > 0
+    {
+        assert!(tokio::time::Instant::now() < deadline, "never caught up");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(cache_state(&informer), server_state(&server));
+    assert_eq!(
+        handler.probe().unhandled(),
+        2,
+        "both adds are in the buffer"
+    );
+    informer.stop().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn remove_handler_stops_delivery() {
     let server = MemoryServer::new();
