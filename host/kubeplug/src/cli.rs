@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Kubernetes event handlers as sandboxed WebAssembly plugins.
 #[derive(Debug, Parser)]
@@ -27,6 +27,12 @@ pub(crate) enum Command {
     /// of a directory need: list and watch of what they subscribe to and the reads their
     /// grants allow, and the writes both they ask for and their grants allow.
     Rbac(RbacArgs),
+    /// Replay a stream of events into one plugin on an in-memory cluster and print every
+    /// call it made (logs, cluster writes, reconcile results, failures) and its metrics.
+    /// Exits non-zero if a call failed, so that plugin authors can run it in CI.
+    Test(TestArgs),
+    /// Write the live events of chosen resources to a file that `kubeplug test` replays.
+    Record(RecordArgs),
 }
 
 /// Flags of `kubeplug check`.
@@ -204,5 +210,130 @@ mod tests {
         assert!(parse_duration("15").unwrap_err().contains("no unit"));
         assert!(parse_duration("15d").unwrap_err().contains("not a unit"));
         assert!(parse_duration("s").unwrap_err().contains("number"));
+    }
+}
+
+/// Flags of `kubeplug test`.
+#[derive(Debug, Args)]
+pub(crate) struct TestArgs {
+    /// The compiled plugin (a WebAssembly component).
+    #[arg(value_name = "PLUGIN.wasm")]
+    pub(crate) plugin: PathBuf,
+
+    /// The events to replay, in order: YAML documents or JSON values, each a watch event
+    /// `{type: ADDED|MODIFIED|DELETED, object: {...}}`, as `kubeplug record` writes them.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) events: PathBuf,
+
+    /// Manifests (a YAML file, or a directory of them) that make up the cluster before the
+    /// first event: the plugin gets them as its initial list and reads them from its cache.
+    /// Repeatable.
+    #[arg(long, value_name = "FILE_OR_DIR")]
+    pub(crate) cache: Vec<PathBuf>,
+
+    /// Configuration file whose `[plugins.NAME]` settings and grants to use, as `run` would.
+    /// Without a section for the plugin, it is granted what its `describe()` asks for (this
+    /// is a test harness, not a sandbox boundary).
+    #[arg(long, env = "KUBEPLUG_CONFIG", value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+
+    /// The plugin's settings document (JSON), instead of the configuration's.
+    #[arg(long, value_name = "JSON")]
+    pub(crate) settings: Option<String>,
+
+    /// How to print the calls.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub(crate) output: OutputFormat,
+
+    /// How long the plugin may take to finish with one event (e.g. `500ms`, `30s`, `2m`).
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) timeout: Duration,
+}
+
+/// How `kubeplug test` prints its report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OutputFormat {
+    /// Readable text.
+    Text,
+    /// One JSON document (see docs/testing-plugins.md for its schema).
+    Json,
+}
+
+/// Flags of `kubeplug record`.
+#[derive(Debug, Args)]
+pub(crate) struct RecordArgs {
+    /// A resource type to record, as `GROUP/VERSION/KIND` (`apps/v1/Deployment`), or
+    /// `VERSION/KIND` for the core group (`v1/Pod`). Repeatable.
+    #[arg(long = "resource", value_name = "TYPE", required = true)]
+    pub(crate) resources: Vec<String>,
+
+    /// Record only this namespace (all namespaces by default).
+    #[arg(long, env = "KUBEPLUG_NAMESPACE", value_name = "NS")]
+    pub(crate) namespace: Option<String>,
+
+    /// Directory of YAML manifests served as the cluster (the embedded local cluster),
+    /// instead of a real cluster; its edits are recorded as they happen.
+    #[arg(
+        long,
+        env = "KUBEPLUG_LOCAL",
+        value_name = "DIR",
+        conflicts_with_all = ["kubeconfig", "context"]
+    )]
+    pub(crate) local: Option<PathBuf>,
+
+    /// Kubeconfig file of the cluster to record [default: as `run`].
+    #[arg(long, env = "KUBEPLUG_KUBECONFIG", value_name = "FILE")]
+    pub(crate) kubeconfig: Option<PathBuf>,
+
+    /// Context of the kubeconfig to use [default: its current-context].
+    #[arg(long, env = "KUBEPLUG_CONTEXT", value_name = "NAME")]
+    pub(crate) context: Option<String>,
+
+    /// The file to write (replaced): JSON lines if it ends in `.json`, `.jsonl` or
+    /// `.ndjson`, YAML documents otherwise.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: PathBuf,
+
+    /// Stop after this many events (the initial list included).
+    #[arg(long, value_name = "N")]
+    pub(crate) count: Option<u64>,
+
+    /// Stop after this long (e.g. `30s`, `5m`) [default: until Ctrl-C or SIGTERM].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) duration: Option<Duration>,
+}
+
+/// `250ms`, `30s`, `5m`, `1h`, or a number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration; write e.g. 500ms, 30s or 5m"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(number)),
+        "" | "s" => Ok(Duration::from_secs(number)),
+        "m" => Ok(Duration::from_secs(number.saturating_mul(60))),
+        "h" => Ok(Duration::from_secs(number.saturating_mul(3600))),
+        _ => Err(format!(
+            "{text:?} has an unknown unit {unit:?}; use ms, s, m or h"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_a_unit() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("2d").unwrap_err().contains("unit"));
+        assert!(parse_duration("soon").unwrap_err().contains("500ms"));
     }
 }

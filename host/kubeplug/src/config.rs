@@ -138,7 +138,7 @@ impl Grants {
 }
 
 /// `v1/Secret` or `apps/v1/Deployment`.
-fn parse_type(text: &str) -> Result<Gvk, String> {
+pub(crate) fn parse_type(text: &str) -> Result<Gvk, String> {
     let parts: Vec<&str> = text.split('/').collect();
     match parts.as_slice() {
         [version, kind] if !version.is_empty() && !kind.is_empty() => {

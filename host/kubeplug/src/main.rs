@@ -9,22 +9,38 @@ mod kube_writer;
 mod metrics;
 mod plugins;
 mod rbac;
+mod record;
+mod replay;
 mod run;
 mod writer;
 
 use std::process::ExitCode;
 
 use clap::Parser;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KUBEPLUG_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+    // `kubeplug test` collects what the plugin does from the host's tracing events.
+    let journal = replay::Journal::default();
+    let testing = matches!(cli.command, cli::Command::Test(_));
+    let default_filter = if testing {
+        replay::DEFAULT_LOG_FILTER
+    } else {
+        "info"
+    };
+    let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KUBEPLUG_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
+        );
+    tracing_subscriber::registry()
+        .with(stderr)
+        .with(testing.then(|| journal.layer()))
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -40,6 +56,8 @@ fn main() -> ExitCode {
         cli::Command::Run(args) => runtime.block_on(run::run(args)),
         cli::Command::Check(args) => runtime.block_on(check::check(args)),
         cli::Command::Rbac(args) => runtime.block_on(rbac::rbac(args)),
+        cli::Command::Test(args) => runtime.block_on(replay::test(args, journal)),
+        cli::Command::Record(args) => runtime.block_on(record::record(args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

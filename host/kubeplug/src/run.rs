@@ -66,7 +66,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
             readiness.set(LOCAL_CHECK, true);
             cluster
         }
-        None => open_kube(&args).await?,
+        None => open_kube(args.kubeconfig.clone(), args.context.clone()).await?,
     };
 
     let factory = SharedInformerFactory::new(cluster.provider, ReflectorConfig::default());
@@ -275,15 +275,15 @@ const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(30);
 /// What the host runs on, chosen by `--local`: where informers list and watch, how plugin
 /// types become served resources, and where plugin writes go. All three talk to the same
 /// cluster.
-struct Cluster {
-    provider: Arc<dyn SourceProvider>,
-    resolve: Resolver,
-    writer: Arc<dyn ClusterWriter>,
-    backend: Backend,
+pub(crate) struct Cluster {
+    pub(crate) provider: Arc<dyn SourceProvider>,
+    pub(crate) resolve: Resolver,
+    pub(crate) writer: Arc<dyn ClusterWriter>,
+    pub(crate) backend: Backend,
 }
 
 /// What the run loop still needs of the cluster besides the three above.
-enum Backend {
+pub(crate) enum Backend {
     /// The embedded local cluster; the task following its directory (ends on cancel).
     Local { watching: JoinHandle<()> },
     /// A real cluster: the client to check it with, the discovery cache to fill.
@@ -295,7 +295,7 @@ enum Backend {
 }
 
 /// Serves `dir` as the cluster and follows its changes until `cancel`.
-fn open_local(dir: &Path, cancel: &CancellationToken) -> anyhow::Result<Cluster> {
+pub(crate) fn open_local(dir: &Path, cancel: &CancellationToken) -> anyhow::Result<Cluster> {
     let (cluster, report) = LocalCluster::open(dir)
         .with_context(|| format!("cannot serve {} as the local cluster", dir.display()))?;
     for error in &report.errors {
@@ -312,12 +312,15 @@ fn open_local(dir: &Path, cancel: &CancellationToken) -> anyhow::Result<Cluster>
     })
 }
 
-/// A client for the cluster that `args` and the environment name. Reads files only: the
+/// A client for the cluster that the flags and the environment name. Reads files only: the
 /// server is contacted later, by [`connect`], so that `/readyz` can say why it is not ready.
-async fn open_kube(args: &RunArgs) -> anyhow::Result<Cluster> {
+pub(crate) async fn open_kube(
+    kubeconfig: Option<PathBuf>,
+    context: Option<String>,
+) -> anyhow::Result<Cluster> {
     let source = config_source(
-        args.kubeconfig.clone(),
-        args.context.clone(),
+        kubeconfig,
+        context,
         std::env::var_os("KUBERNETES_SERVICE_HOST").is_some(),
         std::env::var_os("KUBECONFIG").is_some(),
     );
@@ -403,7 +406,7 @@ impl Resolve for DiscoveryResolver {
 
 /// Compiled plugins are cached in a directory only this user can read: `$XDG_CACHE_HOME`
 /// or `~/.cache`, else the system temporary directory.
-fn artifact_cache_dir() -> std::path::PathBuf {
+pub(crate) fn artifact_cache_dir() -> std::path::PathBuf {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(std::path::PathBuf::from)
         .or_else(|| {
@@ -413,7 +416,7 @@ fn artifact_cache_dir() -> std::path::PathBuf {
     base.join("kubeplug").join("artifacts")
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut signal) => {

@@ -1,0 +1,225 @@
+//! The report of `kubeplug test`: per replayed event the plugin's calls, then its status
+//! and metrics, as text or as one JSON document (schema in docs/testing-plugins.md).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use kubeplug_runtime::status::MetricValue;
+use kubeplug_runtime::{Delivery, Plugin};
+
+use super::events::Change;
+use super::journal::Call;
+
+/// The version of the JSON document's schema; changed only with an incompatible change.
+const SCHEMA: &str = "kubeplug.dev/test-report/v1";
+
+/// Everything `kubeplug test` prints.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct Report {
+    schema: &'static str,
+    plugin: PluginInfo,
+    /// The start (load and initial list) first, then one step per replayed event.
+    steps: Vec<Step>,
+    status: Status,
+    metrics: Vec<Series>,
+    /// Whether any call failed; the exit code says the same.
+    pub(crate) failed: bool,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct PluginInfo {
+    name: String,
+    version: String,
+    file: String,
+    /// `events` or `reconcile`.
+    delivery: &'static str,
+}
+
+/// What the plugin did after one event (or at the start, with no event).
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct Step {
+    pub(crate) event: Option<EventInfo>,
+    pub(crate) calls: Vec<Call>,
+}
+
+/// The replayed event.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct EventInfo {
+    /// Its position in the events file, from 1.
+    pub(crate) index: usize,
+    /// `FILE:LINE`.
+    pub(crate) source: String,
+    #[serde(rename = "type")]
+    pub(crate) change: Change,
+    /// `apiVersion/Kind`.
+    pub(crate) resource: String,
+    /// `namespace/name`, or `name`.
+    pub(crate) key: String,
+}
+
+/// The plugin's counters at the end.
+#[derive(Debug, serde::Serialize)]
+struct Status {
+    events_delivered: u64,
+    calls_failed: u64,
+    batches_skipped: u64,
+    reconciles: u64,
+    denied: u64,
+}
+
+/// One plugin-defined metric series.
+#[derive(Debug, serde::Serialize)]
+struct Series {
+    name: String,
+    labels: BTreeMap<String, String>,
+    /// `counter` or `gauge`.
+    kind: &'static str,
+    value: f64,
+}
+
+impl Report {
+    pub(crate) fn new(plugin: &Plugin, file: &Path, steps: Vec<Step>) -> Self {
+        let description = plugin.description();
+        let status = plugin.status();
+        let failed =
+            status.calls_failed > 0 || steps.iter().flat_map(|s| &s.calls).any(Call::is_failure);
+        let metrics = plugin
+            .metrics()
+            .snapshot()
+            .into_iter()
+            .map(|((name, labels), value)| {
+                let (kind, value) = match value {
+                    MetricValue::Counter(count) => ("counter", count as f64),
+                    MetricValue::Gauge(value) => ("gauge", value),
+                };
+                Series {
+                    name,
+                    labels: labels.into_iter().collect(),
+                    kind,
+                    value,
+                }
+            })
+            .collect();
+        Self {
+            schema: SCHEMA,
+            plugin: PluginInfo {
+                name: description.name.clone(),
+                version: description.version.clone(),
+                file: file.display().to_string(),
+                delivery: match description.delivery {
+                    Delivery::Events => "events",
+                    Delivery::Reconcile { .. } => "reconcile",
+                },
+            },
+            steps,
+            status: Status {
+                events_delivered: status.events_delivered,
+                calls_failed: status.calls_failed,
+                batches_skipped: status.batches_skipped,
+                reconciles: status.reconciles,
+                denied: status.denied,
+            },
+            metrics,
+            failed,
+        }
+    }
+
+    pub(crate) fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("the report is plain data") + "\n"
+    }
+
+    pub(crate) fn to_text(&self) -> String {
+        let mut out = String::new();
+        let plugin = &self.plugin;
+        let _ = writeln!(
+            out,
+            "{} {} ({}, {})",
+            plugin.name, plugin.version, plugin.delivery, plugin.file
+        );
+        for step in &self.steps {
+            let _ = match &step.event {
+                None => writeln!(out, "start (load and initial list):"),
+                Some(event) => writeln!(
+                    out,
+                    "event {} ({}): {} {} {}",
+                    event.index, event.source, event.change, event.resource, event.key
+                ),
+            };
+            if step.calls.is_empty() {
+                let _ = writeln!(out, "  (no calls)");
+            }
+            for call in &step.calls {
+                let _ = writeln!(out, "  {}", render_call(call));
+            }
+        }
+        let status = &self.status;
+        let _ = writeln!(
+            out,
+            "status: {} events delivered, {} reconciles, {} calls failed, {} batches skipped, {} writes denied",
+            status.events_delivered,
+            status.reconciles,
+            status.calls_failed,
+            status.batches_skipped,
+            status.denied
+        );
+        if !self.metrics.is_empty() {
+            let _ = writeln!(out, "metrics:");
+        }
+        for series in &self.metrics {
+            let labels: Vec<String> = series
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v:?}"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  {}{{{}}} {} ({})",
+                series.name,
+                labels.join(","),
+                series.value,
+                series.kind
+            );
+        }
+        let _ = writeln!(out, "{}", if self.failed { "FAILED" } else { "ok" });
+        out
+    }
+}
+
+fn render_call(call: &Call) -> String {
+    match call {
+        Call::Log {
+            level,
+            message,
+            fields,
+        } => {
+            let fields: String = fields.iter().map(|(k, v)| format!(" {k}={v:?}")).collect();
+            format!("log {level}: {message}{fields}")
+        }
+        Call::Write {
+            verb,
+            resource,
+            key,
+            summary,
+            error,
+        } => {
+            let error = error
+                .as_ref()
+                .map(|e| format!(" -> error: {e}"))
+                .unwrap_or_default();
+            format!("write {verb} {resource} {key}: {summary}{error}")
+        }
+        Call::Denied { verb, resource } => format!("denied {verb} {resource} (not granted)"),
+        Call::Reconcile {
+            key,
+            result,
+            requeue_after_ms,
+            error,
+        } => match (requeue_after_ms, error) {
+            (Some(ms), _) => format!("reconcile {key}: {result} {ms}ms"),
+            (None, Some(error)) => format!("reconcile {key}: {result}: {error}"),
+            (None, None) => format!("reconcile {key}: {result}"),
+        },
+        Call::Failure { message } => format!("failed: {message}"),
+    }
+}

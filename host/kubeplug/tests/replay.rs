@@ -1,0 +1,391 @@
+//! `kubeplug test` and `kubeplug record` as a plugin author runs them: the checked-in
+//! fixtures of the examples replayed, bad input named, and a recording replayed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn built_plugin(name: &str) -> PathBuf {
+    let layout = xtask::Layout::from_manifest_dir();
+    let built = xtask::build_plugins(&layout, &[name.to_owned()]).expect("plugins build");
+    built.into_iter().next().unwrap()
+}
+
+fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `kubeplug` with its artefact cache in `cache`, so that tests write nothing elsewhere.
+fn kubeplug(cache: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeplug"));
+    command
+        .env("XDG_CACHE_HOME", cache)
+        .env_remove("KUBEPLUG_LOG");
+    command
+}
+
+fn replay(cache: &Path, plugin: &Path, args: &[&str]) -> Output {
+    kubeplug(cache)
+        .arg("test")
+        .arg(plugin)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn fixture(example: &str, file: &str) -> String {
+    repository()
+        .join("examples/test")
+        .join(example)
+        .join(file)
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The keys label-audit recorded a `MissingLabels` Event on, per step.
+fn flagged_per_step(report: &Value) -> Vec<Vec<String>> {
+    report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| {
+            step["calls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|c| c["call"] == "write" && c["verb"] == "record-event")
+                .map(|c| {
+                    format!(
+                        "{} {}",
+                        c["resource"].as_str().unwrap(),
+                        c["key"].as_str().unwrap()
+                    )
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn test_replays_the_label_audit_fixture_in_text_and_json() {
+    let cache = tempfile::tempdir().unwrap();
+    let plugin = built_plugin("label-audit");
+    let events = fixture("label-audit", "events.yaml");
+    let fixtures = fixture("label-audit", "cache.yaml");
+    let args = ["--events", &events, "--cache", &fixtures];
+
+    let output = replay(cache.path(), &plugin, &args);
+    let stdout = text(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        text(&output.stderr)
+    );
+    let flagged: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with("write record-event"))
+        .collect();
+    assert_eq!(
+        flagged,
+        [
+            "  write record-event apps/v1/Deployment team-a/worker: Warning MissingLabels: missing required labels: app.kubernetes.io/name",
+            "  write record-event v1/Pod team-a/worker-1: Warning MissingLabels: missing required labels: app.kubernetes.io/name",
+        ],
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "event 2 ({events}:18): ADDED v1/Pod team-a/worker-1\n  log warn: object lacks required labels key=\"team-a/worker-1\" kind=\"Pod\" missing=\"app.kubernetes.io/name\"\n"
+        )),
+        "{stdout}"
+    );
+
+    let output = replay(
+        cache.path(),
+        &plugin,
+        &[&args[..], &["--output", "json"]].concat(),
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["schema"], "kubeplug.dev/test-report/v1");
+    assert_eq!(report["plugin"]["delivery"], "events");
+    assert_eq!(
+        flagged_per_step(&report),
+        [
+            vec!["apps/v1/Deployment team-a/worker".to_owned()],
+            vec![],
+            vec!["v1/Pod team-a/worker-1".to_owned()],
+            vec![],
+            vec![],
+        ]
+    );
+    let step = &report["steps"][2];
+    assert_eq!(
+        step["event"],
+        serde_json::json!({"index": 2, "source": format!("{events}:18"), "type": "ADDED",
+                           "resource": "v1/Pod", "key": "team-a/worker-1"})
+    );
+    assert_eq!(
+        step["calls"][0],
+        serde_json::json!({"call": "log", "level": "warn", "message": "object lacks required labels",
+                           "fields": {"key": "team-a/worker-1", "kind": "Pod", "missing": "app.kubernetes.io/name"}})
+    );
+    assert_eq!(
+        report["status"]["events_delivered"], 6,
+        "2 initial + 4 replayed"
+    );
+    assert_eq!(report["failed"], false);
+}
+
+#[test]
+fn test_reports_reconcile_results_and_writes_of_configmap_reload() {
+    let cache = tempfile::tempdir().unwrap();
+    let plugin = built_plugin("configmap-reload");
+    let events = fixture("configmap-reload", "events.yaml");
+    let fixtures = fixture("configmap-reload", "cache.yaml");
+    let config = repository().join("examples/kubeplug.toml");
+    let output = replay(
+        cache.path(),
+        &plugin,
+        &[
+            "--events",
+            &events,
+            "--cache",
+            &fixtures,
+            "--config",
+            config.to_str().unwrap(),
+            "--output",
+            "json",
+        ],
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["plugin"]["delivery"], "reconcile");
+    let summary: Vec<Vec<String>> = report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| {
+            step["calls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|c| match c["call"].as_str().unwrap() {
+                    "write" => Some(format!("{} {} {}", c["verb"], c["resource"], c["key"])),
+                    "reconcile" => Some(format!("{} {}", c["key"], c["result"])),
+                    _ => None,
+                })
+                .map(|line| line.replace('"', ""))
+                .collect()
+        })
+        .collect();
+    let patch = "patch apps/v1/Deployment team-a/web";
+    let web = "apps/v1/Deployment team-a/web done";
+    assert_eq!(
+        summary,
+        [
+            // Its first hash; the patch comes back as an update with nothing left to do.
+            vec![patch, web, web, "apps/v1/Deployment team-a/worker done"],
+            // New content: a new hash.
+            vec![patch, web, web],
+            // A label only: same hash, no patch.
+            vec![web],
+            // A ConfigMap no Deployment uses.
+            vec![],
+        ],
+        "{report:#}"
+    );
+    let hashes: Vec<&str> = report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["calls"].as_array().unwrap())
+        .filter(|c| c["call"] == "write")
+        .map(|c| c["summary"].as_str().unwrap())
+        .collect();
+    assert_eq!(hashes.len(), 2);
+    assert_ne!(hashes[0], hashes[1], "new content, new hash");
+    assert!(
+        hashes[1].starts_with("merge {\"spec\":{\"template\""),
+        "{}",
+        hashes[1]
+    );
+    assert_eq!(report["failed"], false);
+}
+
+#[test]
+fn test_exits_non_zero_when_a_call_fails_and_reports_it() {
+    let cache = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // A section without grants: the patch is refused and every reconcile of `web` fails.
+    let config = dir.path().join("kubeplug.toml");
+    std::fs::write(&config, "[plugins.configmap-reload]\n").unwrap();
+    let events = fixture("configmap-reload", "events.yaml");
+    let fixtures = fixture("configmap-reload", "cache.yaml");
+    let output = replay(
+        cache.path(),
+        &built_plugin("configmap-reload"),
+        &[
+            "--events",
+            &events,
+            "--cache",
+            &fixtures,
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let stdout = text(&output.stdout);
+    assert!(!output.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("denied patch apps/v1/Deployment (not granted)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "reconcile apps/v1/Deployment team-a/web: error: plugin configmap-reload: reconcile"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.ends_with("FAILED\n"), "{stdout}");
+    assert!(
+        text(&output.stderr).contains("plugin configmap-reload failed"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn test_names_the_file_and_event_of_bad_input() {
+    let cache = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = built_plugin("label-audit");
+    let fails_naming = |args: &[&str], expected: &[&str]| {
+        let output = replay(cache.path(), &plugin, args);
+        let stderr = text(&output.stderr);
+        assert!(!output.status.success(), "{args:?} succeeded");
+        for part in expected {
+            assert!(
+                stderr.contains(part),
+                "{args:?}: {stderr:?} does not name {part:?}"
+            );
+        }
+    };
+    let missing = dir.path().join("missing.yaml");
+    fails_naming(
+        &["--events", missing.to_str().unwrap()],
+        &["cannot read the events file", "missing.yaml"],
+    );
+
+    let malformed = dir.path().join("events.yaml");
+    std::fs::write(
+        &malformed,
+        "type: ADDED\nobject: {apiVersion: v1, kind: Pod, metadata: {name: a}}\n---\n# the second\ntype: ADDED\nobject: {apiVersion: v1, kind: Pod}\n",
+    )
+    .unwrap();
+    fails_naming(
+        &["--events", malformed.to_str().unwrap()],
+        &["events.yaml:5: event 2", "metadata.name"],
+    );
+
+    let unknown = dir.path().join("events.jsonl");
+    std::fs::write(
+        &unknown,
+        "{\"type\":\"ADDED\",\"object\":{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"name\":\"w\"}}}\n",
+    )
+    .unwrap();
+    fails_naming(
+        &["--events", unknown.to_str().unwrap()],
+        &[
+            "events.jsonl:1: event 1",
+            "example.com/v1 Widget",
+            "CustomResourceDefinition",
+        ],
+    );
+
+    let deleted = dir.path().join("deleted.yaml");
+    std::fs::write(
+        &deleted,
+        "type: DELETED\nobject: {apiVersion: v1, kind: Pod, metadata: {name: ghost}}\n",
+    )
+    .unwrap();
+    fails_naming(
+        &["--events", deleted.to_str().unwrap()],
+        &[
+            "deleted.yaml:1: event 1",
+            "default/ghost, which does not exist",
+        ],
+    );
+
+    let bad_cache = dir.path().join("cache.yaml");
+    std::fs::write(&bad_cache, "apiVersion: v1\nkind: Pod\nmetadata: {}\n").unwrap();
+    fails_naming(
+        &[
+            "--events",
+            &fixture("label-audit", "events.yaml"),
+            "--cache",
+            bad_cache.to_str().unwrap(),
+        ],
+        &["cache.yaml, document 1", "metadata.name"],
+    );
+}
+
+#[test]
+fn record_writes_what_test_replays() {
+    let cache = tempfile::tempdir().unwrap();
+    let cluster = tempfile::tempdir().unwrap();
+    std::fs::write(
+        cluster.path().join("objects.yaml"),
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: api, namespace: team-b}\nspec: {}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: api-1, namespace: team-b, labels: {app.kubernetes.io/name: api}}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: not-recorded, namespace: team-b}\n",
+    )
+    .unwrap();
+    for file in ["recorded.yaml", "recorded.jsonl"] {
+        let out = cluster.path().join("out").join(file);
+        std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+        let output = kubeplug(cache.path())
+            .args(["record", "--local"])
+            .arg(cluster.path())
+            .args(["--resource", "apps/v1/Deployment", "--resource", "v1/Pod"])
+            .args(["--count", "2", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let recorded = std::fs::read_to_string(&out).unwrap();
+        assert!(!recorded.contains("not-recorded"), "{recorded}");
+
+        let output = replay(
+            cache.path(),
+            &built_plugin("label-audit"),
+            &["--events", out.to_str().unwrap(), "--output", "json"],
+        );
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let mut replayed: Vec<String> = report["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| {
+                s["event"]["key"]
+                    .as_str()
+                    .map(|k| format!("{} {k}", s["event"]["type"]))
+            })
+            .collect();
+        replayed.sort();
+        assert_eq!(
+            replayed,
+            ["\"ADDED\" team-b/api", "\"ADDED\" team-b/api-1"],
+            "{recorded}"
+        );
+        assert_eq!(
+            flagged_per_step(&report).concat(),
+            ["apps/v1/Deployment team-b/api"],
+            "only the Deployment lacks the label"
+        );
+    }
+}
