@@ -302,38 +302,3 @@ pub(crate) struct RecordArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) duration: Option<Duration>,
 }
-
-/// `250ms`, `30s`, `5m`, `1h`, or a number of seconds.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration; write e.g. 500ms, 30s or 5m"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(number)),
-        "" | "s" => Ok(Duration::from_secs(number)),
-        "m" => Ok(Duration::from_secs(number.saturating_mul(60))),
-        "h" => Ok(Duration::from_secs(number.saturating_mul(3600))),
-        _ => Err(format!(
-            "{text:?} has an unknown unit {unit:?}; use ms, s, m or h"
-        )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_take_a_unit() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("2d").unwrap_err().contains("unit"));
-        assert!(parse_duration("soon").unwrap_err().contains("500ms"));
-    }
-}
