@@ -379,7 +379,12 @@ fn a_running_host_serves_probes_metrics_and_plugin_status_and_follows_the_manife
     let aside = plugins.path().join(".copy.tmp");
     std::fs::copy(built_plugin("label-audit"), &aside).unwrap();
     std::fs::rename(&aside, plugins.path().join("audit-copy.wasm")).unwrap();
-    let status = host.wait_for("/plugins", |_, body| body.contains("audit-copy.wasm"));
+    let status = host.wait_for("/plugins", |_, body| {
+        body.contains("audit-copy.wasm") && {
+            let status: serde_json::Value = serde_json::from_str(body).unwrap();
+            plugin_state(&status, "audit-copy.wasm")["state"] != "loading"
+        }
+    });
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     let copy = plugin_state(&status, "audit-copy.wasm");
     assert_eq!(copy["state"], "failed", "{copy}");

@@ -389,3 +389,61 @@ fn record_writes_what_test_replays() {
         );
     }
 }
+
+/// The four label-audit implementations, replayed through the same fixture, flag the same
+/// keys with the same Event notes and log the same warnings.
+#[test]
+fn every_label_audit_gives_the_same_report_on_the_fixture() {
+    // Compiled JavaScript and Python plugins are kept between runs, as the host keeps them.
+    let cache = repository().join("target/test-artefacts/replay");
+    let events = fixture("label-audit", "events.yaml");
+    let fixtures = fixture("label-audit", "cache.yaml");
+    let args = [
+        "--events", &events, "--cache", &fixtures, "--output", "json",
+    ];
+    let observable = |report: &Value| -> Vec<Vec<Value>> {
+        report["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|step| {
+                step["calls"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|call| {
+                        serde_json::json!({
+                            "call": call["call"], "verb": call["verb"], "key": call["key"],
+                            "resource": call["resource"], "level": call["level"],
+                            "message": call["message"], "fields": call["fields"],
+                            "summary": call["summary"],
+                        })
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    let reports: Vec<(&str, Vec<Vec<Value>>)> = [
+        "label-audit",
+        "label-audit-c",
+        "label-audit-js",
+        "label-audit-py",
+    ]
+    .into_iter()
+    .map(|name| {
+        let output = replay(&cache, &built_plugin(name), &args);
+        assert!(output.status.success(), "{name}: {}", text(&output.stderr));
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+        (name, observable(&report))
+    })
+    .collect();
+    let (_, rust) = &reports[0];
+    assert!(
+        rust.iter()
+            .flatten()
+            .any(|call| call["verb"] == "record-event")
+    );
+    for (name, report) in &reports[1..] {
+        assert_eq!(report, rust, "{name} differs from the Rust original");
+    }
+}

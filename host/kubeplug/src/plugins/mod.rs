@@ -328,8 +328,11 @@ impl Totals {
 #[derive(Default)]
 struct Entry {
     serving: Option<Serving>,
-    /// A new version is being loaded.
+    /// A new version is being loaded (not set while unchanged content is tried again, so
+    /// that a failing file does not flap between `failed` and `loading`).
     loading: bool,
+    /// The content last tried.
+    tried: Option<ContentHash>,
     /// The last failure to load or replace it; cleared by a successful load.
     last_error: Option<String>,
     /// Totals of its retired versions.
@@ -445,10 +448,12 @@ impl PluginHost {
         for change in changes {
             match change {
                 Change::Present(content) => {
-                    self.table()
-                        .entry(content.path.clone())
-                        .or_default()
-                        .loading = true;
+                    let mut table = self.table();
+                    let entry = table.entry(content.path.clone()).or_default();
+                    if entry.tried.replace(content.hash) != Some(content.hash) {
+                        entry.loading = true;
+                    }
+                    drop(table);
                     contents.push(content);
                 }
                 Change::Rejected { path, error } => {
