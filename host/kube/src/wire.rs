@@ -102,11 +102,11 @@ impl LineSplitter {
         while let Some(newline) = chunk.iter().position(|&b| b == b'\n') {
             let head = chunk.split_to(newline);
             chunk.advance(1);
+            self.check(head.len())?;
             let line = if self.partial.is_empty() {
                 // The common case: a whole line inside one chunk, taken without copying.
                 head
             } else {
-                self.check(head.len())?;
                 self.partial.extend_from_slice(&head);
                 self.partial.split().freeze()
             };
@@ -475,6 +475,12 @@ mod tests {
         assert_eq!(s.push(Bytes::from_static(b"12345")).unwrap().len(), 0);
         assert!(matches!(
             s.push(Bytes::from_static(b"678901")),
+            Err(WireError::LineTooLong { limit: 10 })
+        ));
+        // A long line that arrives whole inside one chunk is bounded too.
+        let mut s = LineSplitter::new(10);
+        assert!(matches!(
+            s.push(Bytes::from_static(b"12345678901\n")),
             Err(WireError::LineTooLong { limit: 10 })
         ));
         let mut s = LineSplitter::new(10);
