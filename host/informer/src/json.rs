@@ -102,6 +102,11 @@ impl<'a> ObjectScanner<'a> {
         Ok(Some((key, value)))
     }
 
+    /// The cursor: the byte offset of the value after [`next_key`](Self::next_key).
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
     /// A scanner over the object value under the cursor; hand it back with
     /// [`leave_object`](Self::leave_object) once it returned its last member.
     pub fn enter_object(&mut self) -> Result<ObjectScanner<'a>, ScanError> {

@@ -22,8 +22,8 @@ pub enum DecodeError {
     /// The bytes are not a JSON object.
     #[error("not a JSON object: {0}")]
     NotJson(String),
-    /// The object has no `metadata` object.
-    #[error("object has no metadata")]
+    /// The object has no `metadata`, or it is not a JSON object.
+    #[error("object has no metadata object")]
     MissingMetadata,
     /// `metadata.name` is missing or empty.
     #[error("object has no metadata.name")]
@@ -36,6 +36,14 @@ pub enum DecodeError {
         /// `apiVersion/kind` the informer watches.
         expected: String,
         /// `apiVersion/kind` the object carries.
+        found: String,
+    },
+    /// The object's `kind` or `apiVersion` is not a string.
+    #[error("object's {field} is not a string: {found}")]
+    BadTypeField {
+        /// `kind` or `apiVersion`.
+        field: &'static str,
+        /// The start of the value found instead.
         found: String,
     },
     /// `metadata.resourceVersion` is missing or not an unsigned integer.
@@ -325,6 +333,9 @@ impl ObjectDecoder {
         while let Some(field) = members.next_key().map_err(not_json)? {
             if field == "metadata" {
                 write_key(&mut out, "metadata");
+                if !text[members.position()..].starts_with('{') {
+                    return Err(DecodeError::MissingMetadata);
+                }
                 let mut metadata = members.enter_object().map_err(not_json)?;
                 meta = Some(self.decode_metadata(text, &mut metadata, &mut out)?);
                 members.leave_object(metadata);
@@ -333,9 +344,10 @@ impl ObjectDecoder {
             }
             let raw = &text[members.skip_value().map_err(not_json)?];
             match &*field {
-                "kind" => kind = Some(json_str(raw).ok_or_else(|| not_a_string("kind"))?),
+                "kind" => kind = Some(json_str(raw).ok_or_else(|| bad_type_field("kind", raw))?),
                 "apiVersion" => {
-                    api_version = Some(json_str(raw).ok_or_else(|| not_a_string("apiVersion"))?)
+                    api_version =
+                        Some(json_str(raw).ok_or_else(|| bad_type_field("apiVersion", raw))?)
                 }
                 _ => {}
             }
@@ -453,6 +465,17 @@ impl MetaFields<'_> {
             .namespace
             .map(|raw| json_str(raw).ok_or_else(|| not_a_string("namespace")))
             .transpose()?;
+        // The key joins namespace and name with '/', so a '/' in either would make two objects
+        // share a key (and one of them vanish from the cache). The API server allows neither.
+        for (field, value) in [("name", Some(&name)), ("namespace", namespace.as_ref())] {
+            if value.is_some_and(|v| v.contains('/')) {
+                return Err(DecodeError::BadField {
+                    key: name.to_string(),
+                    field,
+                    reason: "contains '/', which Kubernetes names never do".to_owned(),
+                });
+            }
+        }
         let key = ObjectKey::new(namespace.as_deref(), &name);
         let bad_field = |field: &'static str, reason: &str| DecodeError::BadField {
             key: key.to_string(),
@@ -504,6 +527,18 @@ impl MetaFields<'_> {
 
 fn not_json(e: ScanError) -> DecodeError {
     DecodeError::NotJson(e.to_string())
+}
+
+fn bad_type_field(field: &'static str, raw: &str) -> DecodeError {
+    const MAX: usize = 64;
+    let end = (0..=raw.len().min(MAX))
+        .rev()
+        .find(|&i| raw.is_char_boundary(i))
+        .unwrap_or(0);
+    DecodeError::BadTypeField {
+        field,
+        found: raw[..end].to_owned(),
+    }
 }
 
 fn not_a_string(field: &'static str) -> DecodeError {
@@ -686,10 +721,13 @@ mod tests {
             d.decode(br#"{"metadata":{"name":"a","resourceVersion":"1"},"spec":[1,2"#),
             Err(DecodeError::NotJson(_))
         ));
-        assert_eq!(
-            d.decode(br#"{"spec":{}}"#),
-            Err(DecodeError::MissingMetadata)
-        );
+        for no_metadata in [
+            br#"{"spec":{}}"#.as_slice(),
+            br#"{"metadata":null}"#,
+            br#"{"metadata":[]}"#,
+        ] {
+            assert_eq!(d.decode(no_metadata), Err(DecodeError::MissingMetadata));
+        }
         assert_eq!(
             d.decode(br#"{"metadata":{"resourceVersion":"1"}}"#),
             Err(DecodeError::MissingName)
@@ -701,6 +739,20 @@ mod tests {
                 value: "x1".into()
             })
         );
+        assert_eq!(
+            d.decode(br#"{"kind":5,"metadata":{"name":"a","resourceVersion":"1"}}"#),
+            Err(DecodeError::BadTypeField {
+                field: "kind",
+                found: "5".into()
+            })
+        );
+        for slashed in [
+            br#"{"metadata":{"name":"a/b","resourceVersion":"1"}}"#.as_slice(),
+            br#"{"metadata":{"name":"b","namespace":"a/","resourceVersion":"1"}}"#,
+        ] {
+            let error = d.decode(slashed).unwrap_err();
+            assert!(error.to_string().contains("'/'"), "{error}");
+        }
         let wrong =
             d.decode(br#"{"kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"1"}}"#);
         assert!(

@@ -86,7 +86,7 @@ pub enum LocalError {
         /// The object's `kind`.
         kind: String,
     },
-    /// Two files declare the same object; the first one keeps it.
+    /// Two files, or two documents of one file, declare the same object; the first one keeps it.
     #[error("{path} declares {resource} {key}, which {owner} already declares; keeping {owner}'s")]
     Duplicate {
         /// The later file.
@@ -546,7 +546,21 @@ fn to_objects(
             None
         };
         let key = ObjectKey::new(namespace.as_deref(), &name);
-        objects.insert((resource, key), document.to_string());
+        // Within a file as across files, the first declaration wins and a later one is reported.
+        match objects.entry((resource, key)) {
+            std::collections::btree_map::Entry::Vacant(entry) => {
+                entry.insert(document.to_string());
+            }
+            std::collections::btree_map::Entry::Occupied(entry) => {
+                let (resource, key) = entry.key();
+                report.errors.push(LocalError::Duplicate {
+                    path: path.to_owned(),
+                    resource: resource.to_string(),
+                    key: key.to_string(),
+                    owner: path.to_owned(),
+                });
+            }
+        }
     }
     objects
 }
