@@ -25,6 +25,10 @@ pub enum DecodeError {
     /// The object has no `metadata`, or it is not a JSON object.
     #[error("object has no metadata object")]
     MissingMetadata,
+    /// The object has more than one `metadata` member: which one counts is ambiguous (JSON
+    /// readers differ), so it is refused.
+    #[error("object has more than one metadata member")]
+    DuplicateMetadata,
     /// `metadata.name` is missing or empty.
     #[error("object has no metadata.name")]
     MissingName,
@@ -332,6 +336,9 @@ impl ObjectDecoder {
         let mut members = ObjectScanner::new(text).map_err(not_json)?;
         while let Some(field) = members.next_key().map_err(not_json)? {
             if field == "metadata" {
+                if meta.is_some() {
+                    return Err(DecodeError::DuplicateMetadata);
+                }
                 write_key(&mut out, "metadata");
                 if !text[members.position()..].starts_with('{') {
                     return Err(DecodeError::MissingMetadata);
@@ -721,6 +728,10 @@ mod tests {
             d.decode(br#"{"metadata":{"name":"a","resourceVersion":"1"},"spec":[1,2"#),
             Err(DecodeError::NotJson(_))
         ));
+        assert_eq!(
+            d.decode(br#"{"metadata":{"name":"a","resourceVersion":"1"},"metadata":{}}"#),
+            Err(DecodeError::DuplicateMetadata)
+        );
         for no_metadata in [
             br#"{"spec":{}}"#.as_slice(),
             br#"{"metadata":null}"#,
