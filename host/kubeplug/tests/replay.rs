@@ -390,12 +390,28 @@ fn record_writes_what_test_replays() {
     }
 }
 
+/// A cache home whose `kubeplug/artifacts` is `target/test-artefacts`, where the runtime's
+/// tests keep the examples they compiled: a Python component takes minutes to compile in a
+/// debug build, and the host and those tests share the engine configuration, hence the files.
+fn shared_artefacts() -> PathBuf {
+    let artefacts = repository().join("target/test-artefacts");
+    let home = repository().join("target/test-artefacts-home");
+    let link = home.join("kubeplug/artifacts");
+    std::fs::create_dir_all(&artefacts).unwrap();
+    std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+    match std::os::unix::fs::symlink(&artefacts, &link) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(error) => panic!("linking {}: {error}", link.display()),
+    }
+    home
+}
+
 /// The four label-audit implementations, replayed through the same fixture, flag the same
 /// keys with the same Event notes and log the same warnings.
 #[test]
 fn every_label_audit_gives_the_same_report_on_the_fixture() {
-    // Compiled JavaScript and Python plugins are kept between runs, as the host keeps them.
-    let cache = repository().join("target/test-artefacts/replay");
+    let cache = shared_artefacts();
     let events = fixture("label-audit", "events.yaml");
     let fixtures = fixture("label-audit", "cache.yaml");
     let args = [
