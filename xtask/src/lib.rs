@@ -21,6 +21,9 @@
 //! needs, with the same commands the "not installed" errors name: the Rust target with rustup,
 //! the C compiler from Debian's packages, and `componentize-qjs` and `componentize-py` at the
 //! versions pinned in `xtask/toolchains/` into `target/toolchains/`.
+//!
+//! [`bench`] (`cargo xtask bench`) runs the benchmarks and checks their figures against the
+//! project's targets.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,6 +31,7 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result, bail};
 
+pub mod bench;
 mod c;
 mod javascript;
 mod python;

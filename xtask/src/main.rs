@@ -15,6 +15,13 @@ tasks:
                            target/plugins/<name>.wasm (test guests of plugins/tests/ into
                            target/test-plugins/): Rust crates, and directories holding
                            handler.c, handler.js or handler.py
+  bench [SCENARIO...] [--quick]
+                           run the benchmarks in release (all scenarios when none is given:
+                           pipeline, decode, cache-memory, crossing, languages, kube-sync,
+                           workqueue; one-core ones under taskset -c 0), print a table of
+                           their figures against the targets, and write it with the machine's
+                           description to target/bench/<date>.json; --quick: tiny sizes.
+                           See benches/README.md
   help                     this text";
 
 fn main() -> Result<()> {
@@ -25,6 +32,12 @@ fn main() -> Result<()> {
             for path in xtask::build_plugins(&layout, &args[1..])? {
                 eprintln!("built {}", path.display());
             }
+            Ok(())
+        }
+        Some("bench") => {
+            let bench_args = xtask::bench::BenchArgs::parse(&args[1..])?;
+            let report = xtask::bench::bench(&layout, &bench_args)?;
+            eprintln!("wrote {}", report.display());
             Ok(())
         }
         Some("install-toolchains") if args.len() == 1 => xtask::install_toolchains(&layout),

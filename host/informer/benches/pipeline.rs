@@ -3,8 +3,10 @@
 //! Source → Reflector (metadata decoding, managedFields dropped) → DeltaFIFO → Indexer → one
 //! no-op listener, on a current-thread runtime. The source replays pre-encoded ~5 KB Pods, so
 //! the figures are the pipeline's own. For "one core", pin it:
-//! `taskset -c 0 cargo bench -p kubeplug-informer --bench pipeline`.
-//! `PIPELINE_OBJECTS` and `PIPELINE_UPDATES` change the sizes (defaults 100000 and 1000000).
+//! `cargo xtask bench pipeline` (which runs it under `taskset -c 0`).
+//! `KUBEPLUG_BENCH_OBJECTS` and `KUBEPLUG_BENCH_UPDATES` change the sizes (defaults 100000 and
+//! 1000000), `KUBEPLUG_BENCH_REPETITIONS` the measured runs (default 5; the figures are their
+//! medians). `cargo test` runs it at tiny sizes so it cannot rot.
 
 // A benchmark's job is to print its figures.
 #![allow(clippy::print_stdout)]
@@ -14,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::FutureExt;
+use kubeplug_bench_support::{Figure, Run, median, peak_rss_bytes, pod_json};
 use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
 use kubeplug_informer::object::ObjectDecoder;
 use kubeplug_informer::reflector::ReflectorConfig;
@@ -22,9 +25,6 @@ use kubeplug_informer::source::{
     ListPage, ListRequest, ListerWatcher, SourceError, WatchEvent, WatchRequest, WatchStream,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
-
-mod common;
-use common::pod_json;
 
 #[global_allocator]
 static ALLOCATOR: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
@@ -90,17 +90,6 @@ impl ListerWatcher for Replay {
     }
 }
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn figure(name: &str, value: f64, unit: &str) {
-    println!(r#"{{"figure":"{name}","value":{value:.3},"unit":"{unit}"}}"#);
-}
-
 fn live_bytes(region: &Region<'_, std::alloc::System>) -> i64 {
     let change = region.change();
     change.bytes_allocated as i64 - change.bytes_deallocated as i64
@@ -158,8 +147,9 @@ async fn run_once(
 }
 
 fn main() {
-    let object_count = env_usize("PIPELINE_OBJECTS", 100_000);
-    let updates = env_usize("PIPELINE_UPDATES", 1_000_000);
+    let run = Run::from_args();
+    let object_count = run.size("KUBEPLUG_BENCH_OBJECTS", 100_000, 200);
+    let updates = run.size("KUBEPLUG_BENCH_UPDATES", 1_000_000, 1_000);
     let objects: Arc<Vec<Bytes>> = Arc::new(
         (0..object_count)
             .map(|i| Bytes::from(pod_json(i)))
@@ -179,41 +169,39 @@ fn main() {
     let mut syncs = Vec::new();
     let mut rates = Vec::new();
     let mut memory = None;
-    for run in 0..5 {
-        let (sync, streamed, mem) = runtime.block_on(run_once(&objects, updates, run == 0));
+    for repetition in 0..run.repetitions() {
+        let (sync, streamed, mem) = runtime.block_on(run_once(&objects, updates, repetition == 0));
         syncs.push(sync.as_secs_f64());
         rates.push(updates as f64 / streamed.as_secs_f64());
         memory = memory.or(mem);
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let sync = median(&mut syncs);
-    let rate = median(&mut rates);
+    let sync = median(syncs);
+    let rate = median(rates);
     let (cache_bytes, json_bytes) = memory.expect("measured");
-    figure("initial_sync_seconds", sync, "s");
-    figure(
-        "initial_sync_objects_per_second",
-        object_count as f64 / sync,
-        "objects/s",
-    );
-    figure("steady_state_deltas_per_second", rate, "deltas/s");
-    figure(
-        "cache_bytes_per_object",
-        cache_bytes as f64 / object_count as f64,
-        "bytes",
-    );
-    figure(
-        "cached_json_bytes_per_object",
-        json_bytes as f64 / object_count as f64,
-        "bytes",
-    );
-    figure(
-        "cache_to_json_ratio",
-        cache_bytes as f64 / json_bytes as f64,
-        "ratio",
-    );
+    let cache_per_object = cache_bytes as f64 / object_count as f64;
+    let json_per_object = json_bytes as f64 / object_count as f64;
+    let figures = [
+        Figure::new("pipeline.initial_sync", sync, "s"),
+        Figure::new(
+            "pipeline.initial_sync_objects_per_second",
+            object_count as f64 / sync,
+            "objects/s",
+        ),
+        Figure::new("pipeline.steady_state_deltas_per_second", rate, "deltas/s"),
+        Figure::new(
+            "pipeline.cached_json_bytes_per_object",
+            json_per_object,
+            "bytes",
+        ),
+        Figure::new("pipeline.cache_bytes_per_object", cache_per_object, "bytes").against(
+            "pipeline.cached_json_bytes_per_object",
+            cache_per_object / json_per_object,
+        ),
+        Figure::new("pipeline.peak_rss", peak_rss_bytes() as f64, "bytes"),
+    ];
+    for figure in &figures {
+        figure.print();
+    }
     println!();
     println!("| figure | value |");
     println!("|---|---|");
@@ -223,9 +211,7 @@ fn main() {
     );
     println!("| steady state | {rate:.0} deltas/s |");
     println!(
-        "| cache | {:.0} bytes/object for {:.0} bytes of JSON ({:.2}x) |",
-        cache_bytes as f64 / object_count as f64,
-        json_bytes as f64 / object_count as f64,
-        cache_bytes as f64 / json_bytes as f64
+        "| cache | {cache_per_object:.0} bytes/object for {json_per_object:.0} bytes of JSON ({:.2}x) |",
+        cache_per_object / json_per_object
     );
 }

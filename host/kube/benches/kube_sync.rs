@@ -1,8 +1,11 @@
 //! Initial sync through the real HTTP path: the fake API server, a real kube client,
 //! `KubeListerWatcher`, the informer. Prints sync time and cache bytes per object, for
-//! list-then-watch and for a streaming list, so the informer's memory target can be checked
-//! on this path too. `KUBE_SYNC_OBJECTS` sets the size (default 10000 ConfigMaps of ~5 KB).
-//! Run: `cargo bench -p kubeplug-kube --bench kube_sync`.
+//! list-then-watch and for a streaming list (its ratio is its objects/s over
+//! list-then-watch's), so the informer's memory target can be checked on this path too.
+//! `KUBEPLUG_BENCH_OBJECTS` sets the size (default 10000 ConfigMaps of ~5 KB),
+//! `KUBEPLUG_BENCH_REPETITIONS` the measured syncs per mode after one warm-up (default 5,
+//! figures are medians). Run: `cargo xtask bench kube-sync`; `cargo test` runs it at tiny
+//! sizes so it cannot rot.
 
 // A benchmark's job is to print its figures.
 #![allow(clippy::print_stdout)]
@@ -10,6 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use kubeplug_bench_support::{Figure, Run, median, peak_rss_bytes};
 use kubeplug_fake_apiserver::{FakeApiServer, FakeOptions};
 use kubeplug_informer::informer::SharedIndexInformer;
 use kubeplug_informer::object::ObjectDecoder;
@@ -76,10 +80,8 @@ async fn sync_once(
 }
 
 fn main() {
-    let objects: usize = std::env::var("KUBE_SYNC_OBJECTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
+    let run = Run::from_args();
+    let objects = run.size("KUBEPLUG_BENCH_OBJECTS", 10_000, 50);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -112,21 +114,58 @@ fn main() {
             "| mode | sync | objects/s | cache bytes/object | cached JSON bytes/object | ratio |"
         );
         println!("|---|---|---|---|---|---|");
+        let mut figures = Vec::new();
+        // Streaming lists are compared with list-then-watch, the first mode.
+        let mut list_then_watch_rate = None;
         for (name, mode) in [
-            ("list-then-watch", InitialListMode::ListThenWatch),
-            ("streaming list", InitialListMode::StreamingList),
+            ("list_then_watch", InitialListMode::ListThenWatch),
+            ("streaming_list", InitialListMode::StreamingList),
         ] {
-            // A warm-up run, then the measured one.
-            sync_once(&server, &client, mode).await;
-            let (took, live, json) = sync_once(&server, &client, mode).await;
+            sync_once(&server, &client, mode).await; // warm-up
+            let (mut rates, mut lives, mut jsons) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..run.repetitions() {
+                let (took, live, json) = sync_once(&server, &client, mode).await;
+                rates.push(objects as f64 / took.as_secs_f64());
+                lives.push(live as f64 / objects as f64);
+                jsons.push(json as f64 / objects as f64);
+            }
+            let (rate, live, json) = (median(rates), median(lives), median(jsons));
             println!(
-                "| {name} | {:.3} s | {:.0} | {:.0} | {:.0} | {:.2}x |",
-                took.as_secs_f64(),
-                objects as f64 / took.as_secs_f64(),
-                live as f64 / objects as f64,
-                json as f64 / objects as f64,
-                live as f64 / json as f64,
+                "| {name} | {:.3} s | {rate:.0} | {live:.0} | {json:.0} | {:.2}x |",
+                objects as f64 / rate,
+                live / json,
             );
+            let speed = Figure::new(
+                format!("kube_sync.{name}.objects_per_second"),
+                rate,
+                "objects/s",
+            );
+            figures.push(match list_then_watch_rate {
+                None => speed,
+                Some(baseline) => speed.against(
+                    "kube_sync.list_then_watch.objects_per_second",
+                    rate / baseline,
+                ),
+            });
+            list_then_watch_rate.get_or_insert(rate);
+            let json_figure = format!("kube_sync.{name}.cached_json_bytes_per_object");
+            figures.push(
+                Figure::new(
+                    format!("kube_sync.{name}.cache_bytes_per_object"),
+                    live,
+                    "bytes",
+                )
+                .against(&json_figure, live / json),
+            );
+            figures.push(Figure::new(json_figure, json, "bytes"));
+        }
+        figures.push(Figure::new(
+            "kube_sync.peak_rss",
+            peak_rss_bytes() as f64,
+            "bytes",
+        ));
+        for figure in &figures {
+            figure.print();
         }
     });
 }

@@ -8,7 +8,11 @@
 //!   allocator;
 //! - compile time of a component, cold and from the artefact cache.
 //!
-//! Sizes: `KUBEPLUG_BENCH_OBJECTS` (default 20000) Pods.
+//! Each figure is the median of `KUBEPLUG_BENCH_REPETITIONS` runs (default 5) after a
+//! warm-up; sizes: `KUBEPLUG_BENCH_OBJECTS` (default 20000) Pods per run,
+//! `KUBEPLUG_BENCH_INSTANCES` (default 100) live instances. JSON figures `crossing.*`; the
+//! per-event ones carry their ratio against `crossing.native.per_event`. Run with
+//! `cargo xtask bench crossing`; `cargo test` runs it at tiny sizes so it cannot rot.
 
 // A benchmark reports on stdout by design.
 #![allow(clippy::print_stdout)]
@@ -18,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use kubeplug_bench_support::{Figure, Run, median, peak_rss_bytes, rss_bytes};
 use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
 use kubeplug_informer::listener::ListenerReceiver;
 use kubeplug_informer::memory::MemoryServer;
@@ -47,16 +52,6 @@ fn pod(i: usize) -> String {
         (i / 256) % 256,
         i % 256
     )
-}
-
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
 }
 
 fn guest(name: &str) -> Result<Vec<u8>> {
@@ -115,7 +110,17 @@ async fn drain_plugin(plugin: Arc<Plugin>, rx: ListenerReceiver, n: u64) -> Resu
     Ok(elapsed)
 }
 
-async fn crossing(objects: usize, allocator: Allocator) -> Result<()> {
+/// Per-event nanoseconds of one run: the native closure, the no-op plugin, the label-reading
+/// plugin, and the part of each plugin's time spent inside its Wasm calls.
+struct CrossingRun {
+    native: f64,
+    noop: f64,
+    label: f64,
+    noop_in_call: f64,
+    label_in_call: f64,
+}
+
+async fn crossing(objects: usize, allocator: Allocator) -> Result<CrossingRun> {
     let server = MemoryServer::new();
     for i in 0..objects {
         server
@@ -148,36 +153,50 @@ async fn crossing(objects: usize, allocator: Allocator) -> Result<()> {
     let native = drain_native(&mut native_rx, objects).await;
     let noop_time = drain_plugin(noop.clone(), noop_rx, objects as u64).await?;
     let label_time = drain_plugin(label.clone(), label_rx, objects as u64).await?;
-    let per = |d: Duration| d.as_nanos() as f64 / objects as f64;
-    println!(
-        "per-event cost, {objects} Pods of ~{} bytes, batches of 64, {allocator:?} allocator:",
-        pod(0).len()
-    );
-    println!(
-        "  native closure (reads one label): {:8.0} ns/event",
-        per(native)
-    );
-    println!(
-        "  no-op Rust plugin:                {:8.0} ns/event   Wasm/native throughput ratio {:.3}",
-        per(noop_time),
-        native.as_secs_f64() / noop_time.as_secs_f64()
-    );
-    println!(
-        "  label-reading Rust plugin:        {:8.0} ns/event   Wasm/native throughput ratio {:.3}",
-        per(label_time),
-        native.as_secs_f64() / label_time.as_secs_f64()
-    );
-    println!(
-        "  of which inside the wasm call (lower, run, lift): no-op {:.0} ns/event, label-reading {:.0} ns/event",
-        noop.status().call_nanos as f64 / objects as f64,
-        label.status().call_nanos as f64 / objects as f64
-    );
     informer.stop().await;
-    Ok(())
+    let per = |d: Duration| d.as_nanos() as f64 / objects as f64;
+    Ok(CrossingRun {
+        native: per(native),
+        noop: per(noop_time),
+        label: per(label_time),
+        noop_in_call: noop.status().call_nanos as f64 / objects as f64,
+        label_in_call: label.status().call_nanos as f64 / objects as f64,
+    })
 }
 
-async fn instances(allocator: Allocator, label: &str) -> Result<()> {
-    const N: usize = 100;
+/// The per-event figures of `runs` under `prefix`; speeds are compared as throughputs, so the
+/// ratio is native time / Wasm time.
+fn crossing_figures(prefix: &str, runs: &[CrossingRun]) -> Vec<Figure> {
+    let m = |pick: fn(&CrossingRun) -> f64| median(runs.iter().map(pick).collect());
+    let native = m(|r| r.native);
+    let baseline = format!("{prefix}.native.per_event");
+    let plugin = |name: &str, ns: f64| {
+        Figure::new(format!("{prefix}.{name}.per_event"), ns, "ns").against(&baseline, native / ns)
+    };
+    let noop = m(|r| r.noop);
+    vec![
+        Figure::new(&baseline, native, "ns"),
+        plugin("noop", noop),
+        Figure::new(
+            format!("{prefix}.noop.events_per_second"),
+            1e9 / noop,
+            "events/s",
+        ),
+        plugin("label_reader", m(|r| r.label)),
+        Figure::new(
+            format!("{prefix}.noop.per_event_in_call"),
+            m(|r| r.noop_in_call),
+            "ns",
+        ),
+        Figure::new(
+            format!("{prefix}.label_reader.per_event_in_call"),
+            m(|r| r.label_in_call),
+            "ns",
+        ),
+    ]
+}
+
+async fn instances(allocator: Allocator, label: &str, n: usize) -> Result<Vec<Figure>> {
     let runtime = Runtime::new(RuntimeConfig {
         allocator,
         ..RuntimeConfig::default()
@@ -194,28 +213,34 @@ async fn instances(allocator: Allocator, label: &str) -> Result<()> {
     drop(plugin.instantiate().await?);
     let before = rss_bytes();
     let started = Instant::now();
-    let mut live = Vec::with_capacity(N);
-    for _ in 0..N {
+    let mut live = Vec::with_capacity(n);
+    for _ in 0..n {
         live.push(plugin.instantiate().await?);
     }
     let elapsed = started.elapsed();
     let after = rss_bytes();
-    println!(
-        "  {label:<10} instantiate + init: {:6.1} µs each; RSS per live instance: {:6.1} KiB",
-        elapsed.as_secs_f64() * 1e6 / N as f64,
-        after.saturating_sub(before) as f64 / 1024.0 / N as f64
-    );
     drop(live);
-    Ok(())
+    Ok(vec![
+        Figure::new(
+            format!("crossing.{label}.instantiate"),
+            elapsed.as_secs_f64() * 1e6 / n as f64,
+            "µs",
+        ),
+        Figure::new(
+            format!("crossing.{label}.rss_per_instance"),
+            after.saturating_sub(before) as f64 / n as f64,
+            "bytes",
+        ),
+    ])
 }
 
-fn compile_times() -> Result<()> {
+fn compile_times() -> Result<Vec<Figure>> {
     let dir = tempfile::tempdir()?;
     let runtime = Runtime::new(RuntimeConfig {
         artifact_cache: Some(dir.path().join("artefacts")),
         ..RuntimeConfig::default()
     })?;
-    println!("compile time (Cranelift), cold vs from the artefact cache:");
+    let mut figures = Vec::new();
     for name in ["noop", "label-reader", "cache-querier"] {
         let bytes = guest(name)?;
         let started = Instant::now();
@@ -226,14 +251,19 @@ fn compile_times() -> Result<()> {
         let (_, source) = runtime.compile(&bytes).map_err(anyhow::Error::msg)?;
         let cached = started.elapsed();
         assert_eq!(source, CompileSource::Cached);
-        println!(
-            "  {name:<14} {:>4} KiB component: cold {:7.1} ms, cached {:5.2} ms",
-            bytes.len() / 1024,
+        let name = name.replace('-', "_");
+        figures.push(Figure::new(
+            format!("crossing.{name}.compile_cold"),
             cold.as_secs_f64() * 1e3,
-            cached.as_secs_f64() * 1e3
-        );
+            "ms",
+        ));
+        figures.push(Figure::new(
+            format!("crossing.{name}.compile_cached"),
+            cached.as_secs_f64() * 1e3,
+            "ms",
+        ));
     }
-    Ok(())
+    Ok(figures)
 }
 
 fn main() -> Result<()> {
@@ -241,21 +271,62 @@ fn main() -> Result<()> {
         &xtask::Layout::from_manifest_dir(),
         &["noop".into(), "label-reader".into(), "cache-querier".into()],
     )?;
-    let objects = std::env::var("KUBEPLUG_BENCH_OBJECTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
+    let run = Run::from_args();
+    let objects = run.size("KUBEPLUG_BENCH_OBJECTS", 20_000, 64);
+    let instance_count = run.size("KUBEPLUG_BENCH_INSTANCES", 100, 2);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(async {
-        crossing(objects, Allocator::OnDemand).await?;
-        crossing(objects, Allocator::Pooling { instances: 16 }).await?;
-        println!("instances of label-reader (100 live):");
-        instances(Allocator::OnDemand, "on-demand").await?;
-        instances(Allocator::Pooling { instances: 200 }, "pooling").await?;
-        anyhow::Ok(())
+    let mut figures = rt.block_on(async {
+        let mut figures = Vec::new();
+        for (prefix, allocator) in [
+            ("crossing", Allocator::OnDemand),
+            ("crossing.pooling", Allocator::Pooling { instances: 16 }),
+        ] {
+            crossing(objects / 10 + 1, allocator).await?; // warm-up
+            let mut runs = Vec::new();
+            for _ in 0..run.repetitions() {
+                runs.push(crossing(objects, allocator).await?);
+            }
+            figures.extend(crossing_figures(prefix, &runs));
+        }
+        figures.extend(instances(Allocator::OnDemand, "on_demand", instance_count).await?);
+        figures.extend(
+            instances(
+                Allocator::Pooling {
+                    instances: 2 * instance_count as u32,
+                },
+                "pooling",
+                instance_count,
+            )
+            .await?,
+        );
+        anyhow::Ok(figures)
     })?;
-    compile_times()
+    figures.extend(compile_times()?);
+    figures.push(Figure::new(
+        "crossing.peak_rss",
+        peak_rss_bytes() as f64,
+        "bytes",
+    ));
+    println!(
+        "{objects} Pods of ~{} bytes per run, batches of 64, median of {} runs; {instance_count} live instances; \
+         ratio = native time / Wasm time",
+        pod(0).len(),
+        run.repetitions()
+    );
+    for figure in &figures {
+        println!(
+            "  {:<44} {:>14.1} {:<6} {}",
+            figure.figure,
+            figure.value,
+            figure.unit,
+            figure.ratio.map_or(String::new(), |r| format!("({r:.3})"))
+        );
+    }
+    for figure in &figures {
+        figure.print();
+    }
+    Ok(())
 }

@@ -12,10 +12,12 @@
 //!   cost is the plugin's and the host's, not a cluster's).
 //!
 //! Every figure is the median of `repetitions` runs, each running every language in turn.
-//! Its ratio is the Rust figure divided by the language's, as `crossing.rs` divides native
-//! time by Wasm time: 1.0 = as cheap as Rust, 0.1 = ten times the Rust cost.
+//! For times, its ratio is the Rust figure divided by the language's, as `crossing.rs`
+//! divides native time by Wasm time: 1.0 = as fast as Rust, 0.1 = ten times the Rust time.
+//! For sizes (bytes) it is the language's figure over Rust's, as every memory ratio of the
+//! benches: 10 = ten times Rust's size.
 //! The output is a table, then one JSON object per line and figure:
-//! `{"figure":"label-audit-py.per_event","value":..,"unit":"ns","baseline":"label-audit","ratio":..}`.
+//! `{"figure":"languages.label-audit-py.per_event","value":..,"unit":"ns","baseline":"languages.label-audit.per_event","ratio":..}`.
 //!
 //! `cargo bench -p kubeplug-runtime --bench languages`. Sizes: `KUBEPLUG_BENCH_EVENTS`
 //! (default 10000 Pods), `KUBEPLUG_BENCH_INSTANCES` (default 20 live instances),
@@ -34,6 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use kubeplug_bench_support::{Figure as FigureLine, median, rss_bytes};
 use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
 use kubeplug_informer::listener::ListenerReceiver;
 use kubeplug_informer::memory::MemoryServer;
@@ -129,26 +132,6 @@ fn pod(i: usize) -> String {
         (i / 256) % 256,
         i % 256
     )
-}
-
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
-}
-
-fn median(mut samples: Vec<f64>) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    let mid = samples.len() / 2;
-    if !samples.len().is_multiple_of(2) {
-        samples[mid]
-    } else {
-        (samples[mid - 1] + samples[mid]) / 2.0
-    }
 }
 
 fn component(name: &str) -> Result<Vec<u8>> {
@@ -413,7 +396,7 @@ async fn per_event(
     Ok(())
 }
 
-/// One reported figure: a median, its unit, and the ratio Rust / this language.
+/// One reported measure for every language: medians, their unit, and each one's ratio to Rust.
 struct Figure {
     measure: &'static str,
     unit: &'static str,
@@ -435,8 +418,13 @@ impl Figure {
         }
     }
 
+    /// Rust time / this language's time, or this language's size / Rust's size.
     fn ratio(&self, language: usize) -> f64 {
-        self.values[0] / self.values[language]
+        if self.unit == "bytes" {
+            self.values[language] / self.values[0]
+        } else {
+            self.values[0] / self.values[language]
+        }
     }
 }
 
@@ -474,7 +462,8 @@ fn readable(value: f64, unit: &str) -> String {
 fn report(sizes: Sizes, figures: &[Figure]) {
     println!(
         "label-audit per language: medians of {} runs; {} Pods of ~{} bytes per run (half \
-         unlabelled, so flagged), batches of 64; {} live instances; ratio = Rust / language",
+         unlabelled, so flagged), batches of 64; {} live instances; ratio = Rust time / language \
+         time, language bytes / Rust bytes",
         sizes.repetitions,
         sizes.events,
         pod(0).len(),
@@ -504,16 +493,16 @@ fn report(sizes: Sizes, figures: &[Figure]) {
     }
     for figure in figures {
         for (language, (_, name)) in LANGUAGES.iter().enumerate() {
-            println!(
-                "{}",
-                serde_json::json!({
-                    "figure": format!("{name}.{}", figure.measure),
-                    "value": figure.values[language],
-                    "unit": figure.unit,
-                    "baseline": BASELINE,
-                    "ratio": figure.ratio(language),
-                })
-            );
+            FigureLine::new(
+                format!("languages.{name}.{}", figure.measure),
+                figure.values[language],
+                figure.unit,
+            )
+            .against(
+                format!("languages.{BASELINE}.{}", figure.measure),
+                figure.ratio(language),
+            )
+            .print();
         }
     }
 }

@@ -1,12 +1,14 @@
 //! Work queue throughput: 1M adds and 1M gets over 10k distinct keys, with 1, 2 and 8 workers
 //! on a multi-threaded tokio runtime (one thread per core).
 //!
-//! Run with `cargo bench -p kubeplug-workqueue --bench throughput`. Prints one JSON line per
-//! figure, then a table with, for each figure, the ratio to the 1-worker run and to the
-//! baseline queue of the same scenario, both measured in the same process.
+//! Run with `cargo xtask bench workqueue`. Prints one JSON line per figure
+//! (`workqueue.<queue>.<scenario>.<n>_workers`, its ratio against the baseline queue of the same
+//! scenario and workers), then a table with, for each figure, the ratio to the 1-worker run
+//! and to the baseline queue, both measured in the same process.
 //!
-//! Each figure is run once (1/10 of the size) to warm up, then 5 times; the median is
-//! reported. Workers are tokio tasks that call `tokio::task::consume_budget` after each item,
+//! Each figure is run once (1/10 of the size) to warm up, then `KUBEPLUG_BENCH_REPETITIONS`
+//! times (default 5); the median is reported. `KUBEPLUG_BENCH_OPS` sets the items per run
+//! (default 1000000). `cargo test` runs it at tiny sizes so it cannot rot. Workers are tokio tasks that call `tokio::task::consume_budget` after each item,
 //! as a real handler awaiting I/O would: every 128 items or so, a worker yields its thread to
 //! the other workers. Without that, a worker whose queue never runs dry would keep its thread
 //! to itself and the workers would take turns instead of contending.
@@ -33,13 +35,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use kubeplug_bench_support::{Figure, Run as BenchRun, peak_rss_bytes};
 use kubeplug_workqueue::{Queue, WorkqueueMetrics};
 use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
 
 const KEYS: u64 = 10_000;
-const OPS: u64 = 1_000_000;
-const REPETITIONS: usize = 5;
 const WORKER_COUNTS: [usize; 3] = [1, 2, 8];
 
 /// The operations the scenarios use, implemented by the work queue and the baseline.
@@ -214,12 +215,12 @@ enum Scenario {
 
 fn figure(kind: Kind, scenario: Scenario) -> &'static str {
     match (kind, scenario) {
-        (Kind::Workqueue, Scenario::Requeue) => "workqueue_ops_per_sec",
-        (Kind::WorkqueueWithMetrics, Scenario::Requeue) => "workqueue_ops_per_sec_with_metrics",
-        (Kind::Baseline, Scenario::Requeue) => "baseline_ops_per_sec",
-        (Kind::Workqueue, Scenario::Feed) => "workqueue_feed_ops_per_sec",
-        (Kind::WorkqueueWithMetrics, Scenario::Feed) => "workqueue_feed_ops_per_sec_with_metrics",
-        (Kind::Baseline, Scenario::Feed) => "baseline_feed_ops_per_sec",
+        (Kind::Workqueue, Scenario::Requeue) => "workqueue.queue.requeue",
+        (Kind::WorkqueueWithMetrics, Scenario::Requeue) => "workqueue.queue_with_metrics.requeue",
+        (Kind::Baseline, Scenario::Requeue) => "workqueue.baseline.requeue",
+        (Kind::Workqueue, Scenario::Feed) => "workqueue.queue.feed",
+        (Kind::WorkqueueWithMetrics, Scenario::Feed) => "workqueue.queue_with_metrics.feed",
+        (Kind::Baseline, Scenario::Feed) => "workqueue.baseline.feed",
     }
 }
 
@@ -253,6 +254,9 @@ fn median(mut runs: Vec<Run>) -> Run {
 }
 
 fn main() {
+    let bench_run = BenchRun::from_args();
+    let ops = bench_run.size("KUBEPLUG_BENCH_OPS", 1_000_000, 2_000) as u64;
+    let repetitions = bench_run.repetitions();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -269,16 +273,24 @@ fn main() {
     for scenario in [Scenario::Requeue, Scenario::Feed] {
         for kind in [Kind::Baseline, Kind::Workqueue, Kind::WorkqueueWithMetrics] {
             for workers in WORKER_COUNTS {
-                runtime.block_on(run(kind, scenario, workers, OPS / 10)); // warm-up
-                let runs = (0..REPETITIONS)
-                    .map(|_| runtime.block_on(run(kind, scenario, workers, OPS)))
+                runtime.block_on(run(kind, scenario, workers, ops / 10)); // warm-up
+                let runs = (0..repetitions)
+                    .map(|_| runtime.block_on(run(kind, scenario, workers, ops)))
                     .collect();
                 let run = median(runs);
-                println!(
-                    r#"{{"figure":"{}","workers":{workers},"value":{:.0},"unit":"ops/s"}}"#,
-                    figure(kind, scenario),
-                    run.ops_per_sec()
-                );
+                let name = |kind| format!("{}.{workers}_workers", figure(kind, scenario));
+                let value = Figure::new(name(kind), run.ops_per_sec(), "ops/s");
+                // The baseline queue of this scenario and worker count ran first.
+                let value = match rows.iter().find(|r| {
+                    r.kind == Kind::Baseline && r.scenario == scenario && r.workers == workers
+                }) {
+                    Some(baseline) if kind != Kind::Baseline => value.against(
+                        name(Kind::Baseline),
+                        run.ops_per_sec() / baseline.run.ops_per_sec(),
+                    ),
+                    _ => value,
+                };
+                value.print();
                 rows.push(Row {
                     kind,
                     scenario,
@@ -289,15 +301,16 @@ fn main() {
         }
     }
 
-    let ops = |kind: Kind, scenario: Scenario, workers: usize| {
+    Figure::new("workqueue.peak_rss", peak_rss_bytes() as f64, "bytes").print();
+    let ops_of = |kind: Kind, scenario: Scenario, workers: usize| {
         rows.iter()
             .find(|r| r.kind == kind && r.scenario == scenario && r.workers == workers)
             .map_or(f64::NAN, |r| r.run.ops_per_sec())
     };
     println!();
     println!(
-        "{threads} runtime threads; {OPS} gets (requeue) or adds (feed) over {KEYS} keys; \
-         median of {REPETITIONS}"
+        "{threads} runtime threads; {ops} gets (requeue) or adds (feed) over {KEYS} keys; \
+         median of {repetitions}"
     );
     println!(
         "{:<40} {:>7} {:>8} {:>8} {:>9} {:>12} {:>9} {:>11}",
@@ -313,8 +326,8 @@ fn main() {
             row.run.gets,
             row.run.elapsed.as_secs_f64() * 1e3,
             value,
-            value / ops(row.kind, row.scenario, 1),
-            value / ops(Kind::Baseline, row.scenario, row.workers),
+            value / ops_of(row.kind, row.scenario, 1),
+            value / ops_of(Kind::Baseline, row.scenario, row.workers),
         );
     }
 }

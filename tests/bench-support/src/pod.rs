@@ -1,7 +1,9 @@
-//! Test objects shared by the benchmarks.
+//! The Pod every benchmark that needs realistic objects generates.
 
-/// A Pod of about 5 KB, managedFields included, as the API server lists it (no kind).
-pub(crate) fn pod_json(i: usize) -> String {
+/// Pod number `i`, 5 to 6 KB of JSON, managedFields (four managers, about 1.3 KB) included,
+/// as the API server lists it (no kind). Names, namespaces (50), nodes (200) and
+/// resourceVersions vary with `i`, so keys and label values are realistic, not identical.
+pub fn pod_json(i: usize) -> String {
     let managed: Vec<String> = ["kube-controller-manager", "kubelet", "kubectl-label", "kube-scheduler"]
         .iter()
         .map(|manager| {

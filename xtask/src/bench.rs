@@ -1,0 +1,543 @@
+//! `cargo xtask bench [SCENARIO...] [--quick]`: runs the benchmark targets in release, collects
+//! the figure lines they print (`kubeplug_bench_support::Figure`), checks them against
+//! [`TARGETS`], prints a table and writes everything, with a description of the machine, to
+//! `target/bench/<timestamp>.json`. `benches/README.md` describes each scenario.
+//!
+//! The bench binaries are built once by one `cargo bench --no-run` (one feature resolution
+//! for all of them), then run directly, so that a "one core" scenario pins the bench under
+//! `taskset -c 0` and not the compiler.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+use kubeplug_bench_support::Figure;
+
+use crate::Layout;
+
+/// One benchmark target and how to run it.
+#[derive(Debug)]
+pub struct Scenario {
+    /// The name on the command line.
+    pub name: &'static str,
+    /// The cargo package holding the bench target.
+    pub package: &'static str,
+    /// The bench target.
+    pub bench: &'static str,
+    /// Whether the issue's "one core" applies: pinned with `taskset -c 0` where it exists.
+    pub one_core: bool,
+    /// The environment `--quick` sets (unless already set): tiny sizes.
+    pub quick: &'static [(&'static str, &'static str)],
+}
+
+/// Every scenario, in the order `cargo xtask bench` runs them.
+pub const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "pipeline",
+        package: "kubeplug-informer",
+        bench: "pipeline",
+        one_core: true,
+        quick: &[
+            ("KUBEPLUG_BENCH_OBJECTS", "2000"),
+            ("KUBEPLUG_BENCH_UPDATES", "20000"),
+        ],
+    },
+    Scenario {
+        name: "decode",
+        package: "kubeplug-informer",
+        bench: "decode",
+        one_core: true,
+        quick: &[("KUBEPLUG_BENCH_OBJECTS", "20000")],
+    },
+    Scenario {
+        name: "cache-memory",
+        package: "kubeplug-kube",
+        bench: "cache_memory",
+        one_core: false,
+        quick: &[("KUBEPLUG_BENCH_OBJECTS", "2000")],
+    },
+    Scenario {
+        name: "crossing",
+        package: "kubeplug-runtime",
+        bench: "crossing",
+        one_core: true,
+        quick: &[
+            ("KUBEPLUG_BENCH_OBJECTS", "2000"),
+            ("KUBEPLUG_BENCH_INSTANCES", "10"),
+        ],
+    },
+    Scenario {
+        name: "languages",
+        package: "kubeplug-runtime",
+        bench: "languages",
+        one_core: false,
+        quick: &[
+            ("KUBEPLUG_BENCH_EVENTS", "1000"),
+            ("KUBEPLUG_BENCH_INSTANCES", "5"),
+        ],
+    },
+    Scenario {
+        name: "kube-sync",
+        package: "kubeplug-kube",
+        bench: "kube_sync",
+        one_core: false,
+        quick: &[("KUBEPLUG_BENCH_OBJECTS", "1000")],
+    },
+    Scenario {
+        name: "workqueue",
+        package: "kubeplug-workqueue",
+        bench: "throughput",
+        one_core: false,
+        quick: &[("KUBEPLUG_BENCH_OPS", "100000")],
+    },
+];
+
+/// What a target constrains: the figure's value or its ratio against its baseline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Bound {
+    /// `value >= x`.
+    ValueAtLeast(f64),
+    /// `value <= x`.
+    ValueAtMost(f64),
+    /// `ratio >= x`.
+    RatioAtLeast(f64),
+    /// `ratio <= x`.
+    RatioAtMost(f64),
+}
+
+impl Bound {
+    /// Whether `figure` meets the bound; `None` when the figure has no ratio to check.
+    pub fn holds(self, figure: &Figure) -> Option<bool> {
+        match self {
+            Self::ValueAtLeast(x) => Some(figure.value >= x),
+            Self::ValueAtMost(x) => Some(figure.value <= x),
+            Self::RatioAtLeast(x) => figure.ratio.map(|r| r >= x),
+            Self::RatioAtMost(x) => figure.ratio.map(|r| r <= x),
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Self::ValueAtLeast(x) => format!("≥ {}", readable_number(x)),
+            Self::ValueAtMost(x) => format!("≤ {}", readable_number(x)),
+            Self::RatioAtLeast(x) => format!("ratio ≥ {x}"),
+            Self::RatioAtMost(x) => format!("ratio ≤ {x}"),
+        }
+    }
+}
+
+/// The targets of issue 9, keyed by figure name.
+pub const TARGETS: &[(&str, Bound)] = &[
+    // P4: Wasm no-op / native closure, as throughputs.
+    ("crossing.noop.per_event", Bound::RatioAtLeast(0.8)),
+    ("crossing.label_reader.per_event", Bound::RatioAtLeast(0.8)),
+    // P4: ≥ 200k deltas/s into the Wasm no-op on one core.
+    (
+        "crossing.noop.events_per_second",
+        Bound::ValueAtLeast(200_000.0),
+    ),
+    // P2/P3: the cache against kube-rs's reflector store, and against the JSON it holds.
+    ("cache_memory.kubeplug_vs_kube_rs", Bound::ValueAtMost(0.5)),
+    (
+        "cache_memory.kubeplug.bytes_per_object",
+        Bound::RatioAtMost(1.3),
+    ),
+    ("pipeline.cache_bytes_per_object", Bound::RatioAtMost(1.3)),
+    (
+        "kube_sync.list_then_watch.cache_bytes_per_object",
+        Bound::RatioAtMost(1.3),
+    ),
+    (
+        "kube_sync.streaming_list.cache_bytes_per_object",
+        Bound::RatioAtMost(1.3),
+    ),
+];
+
+/// The target of `figure`, if it has one.
+pub fn target_of(figure: &str) -> Option<Bound> {
+    TARGETS
+        .iter()
+        .find(|(name, _)| *name == figure)
+        .map(|(_, bound)| *bound)
+}
+
+/// What `cargo xtask bench` was asked to do.
+#[derive(Debug)]
+pub struct BenchArgs {
+    /// The scenarios to run, in [`SCENARIOS`] order.
+    pub scenarios: Vec<&'static Scenario>,
+    /// Tiny sizes.
+    pub quick: bool,
+}
+
+impl BenchArgs {
+    /// Parses `[SCENARIO...] [--quick]`; no scenario means all of them.
+    pub fn parse(args: &[String]) -> Result<Self> {
+        let quick = args.iter().any(|a| a == "--quick");
+        let names: Vec<&String> = args.iter().filter(|a| *a != "--quick").collect();
+        if let Some(unknown) = names
+            .iter()
+            .find(|n| !SCENARIOS.iter().any(|s| s.name == n.as_str()))
+        {
+            let known: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
+            bail!("no bench scenario called {unknown:?}; the scenarios are {known:?}");
+        }
+        let scenarios = SCENARIOS
+            .iter()
+            .filter(|s| names.is_empty() || names.iter().any(|n| n.as_str() == s.name))
+            .collect();
+        Ok(Self { scenarios, quick })
+    }
+}
+
+/// Runs `args`' scenarios and returns the report written under `target/bench/`.
+pub fn bench(layout: &Layout, args: &BenchArgs) -> Result<PathBuf> {
+    let executables = build(layout, &args.scenarios)?;
+    let taskset = Command::new("taskset")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let mut figures = Vec::new();
+    let mut runs = Vec::new();
+    for scenario in &args.scenarios {
+        let Built {
+            executable,
+            package_dir,
+        } = executables
+            .get(scenario.name)
+            .with_context(|| format!("cargo built no bench {}", scenario.bench))?;
+        let pinned = scenario.one_core && taskset;
+        let mut command = if pinned {
+            let mut c = Command::new("taskset");
+            c.args(["-c", "0"]).arg(executable);
+            c
+        } else {
+            Command::new(executable)
+        };
+        // `--bench` is what `cargo bench` passes: the benches' full (non-smoke) mode.
+        command.arg("--bench").current_dir(package_dir);
+        if args.quick {
+            for (name, value) in scenario.quick {
+                if std::env::var_os(name).is_none() {
+                    command.env(name, value);
+                }
+            }
+        }
+        eprintln!(
+            "== {} ({}{})",
+            scenario.name,
+            executable.display(),
+            if pinned { ", taskset -c 0" } else { "" }
+        );
+        let found = run_collecting(&mut command, scenario.name)?;
+        runs.push(serde_json::json!({
+            "scenario": scenario.name,
+            "pinned_to_one_core": pinned,
+            "figures": found.len(),
+        }));
+        figures.extend(found);
+    }
+    #[allow(clippy::print_stdout)] // The table is what the task is for; progress goes to stderr.
+    {
+        print!("{}", table(&figures));
+    }
+    let machine = machine(layout);
+    let report = serde_json::json!({
+        "machine": machine,
+        "quick": args.quick,
+        "scenarios": runs,
+        "figures": figures.iter().map(figure_json).collect::<Vec<_>>(),
+    });
+    let dir = layout.root.join("target").join("bench");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let stamp = machine["date"]
+        .as_str()
+        .unwrap_or("undated")
+        .replace(':', "-");
+    let path = dir.join(format!("{stamp}.json"));
+    std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+/// A built bench target.
+struct Built {
+    executable: PathBuf,
+    /// Where `cargo bench` would run it from.
+    package_dir: PathBuf,
+}
+
+/// Builds every bench target of `scenarios` in one `cargo bench --no-run`, and returns each
+/// one by scenario name.
+fn build(layout: &Layout, scenarios: &[&Scenario]) -> Result<BTreeMap<&'static str, Built>> {
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    command.current_dir(&layout.root).args([
+        "bench",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ]);
+    for scenario in scenarios {
+        command
+            .args(["-p", scenario.package])
+            .args(["--bench", scenario.bench]);
+    }
+    let output = command
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo bench --no-run")?;
+    if !output.status.success() {
+        bail!("cargo bench --no-run failed ({})", output.status);
+    }
+    let mut built = BTreeMap::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let (Some(executable), Some(name), Some(manifest)) = (
+            message["executable"].as_str(),
+            message["target"]["name"].as_str(),
+            message["manifest_path"].as_str(),
+        ) else {
+            continue;
+        };
+        let package_dir = Path::new(manifest)
+            .parent()
+            .context("a manifest path has a directory")?;
+        if let Some(scenario) = scenarios
+            .iter()
+            .find(|s| s.bench == name && package_dir.ends_with(package_path(s.package)))
+        {
+            built.insert(
+                scenario.name,
+                Built {
+                    executable: PathBuf::from(executable),
+                    package_dir: package_dir.to_path_buf(),
+                },
+            );
+        }
+    }
+    Ok(built)
+}
+
+/// The directory of a package under the repository root (`kubeplug-informer` →
+/// `host/informer`), to tell apart same-named bench targets of different packages.
+fn package_path(package: &str) -> PathBuf {
+    Path::new("host").join(package.trim_start_matches("kubeplug-"))
+}
+
+/// Runs `command`, passing its output through to stderr, and returns the figures it printed.
+fn run_collecting(command: &mut Command, scenario: &str) -> Result<Vec<Figure>> {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("starting the {scenario} bench"))?;
+    let stdout = child.stdout.take().context("piped stdout")?;
+    let mut figures = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.with_context(|| format!("reading the {scenario} bench's output"))?;
+        eprintln!("{line}");
+        figures.extend(Figure::from_json(&line));
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("the {scenario} bench failed ({status})");
+    }
+    Ok(figures)
+}
+
+/// The figure as the report stores it: the bench's fields, then its target and whether it holds.
+fn figure_json(figure: &Figure) -> serde_json::Value {
+    let target = target_of(&figure.figure);
+    serde_json::json!({
+        "figure": figure.figure,
+        "value": figure.value,
+        "unit": figure.unit,
+        "baseline": figure.baseline,
+        "ratio": figure.ratio,
+        "target": target.map(Bound::describe),
+        "holds": target.and_then(|t| t.holds(figure)),
+    })
+}
+
+/// The readable table: one row per figure, with its target and whether it holds.
+pub fn table(figures: &[Figure]) -> String {
+    let rows: Vec<[String; 7]> = figures
+        .iter()
+        .map(|f| {
+            let target = target_of(&f.figure);
+            [
+                f.figure.clone(),
+                readable_number(f.value),
+                f.unit.clone(),
+                f.baseline.clone().unwrap_or_default(),
+                f.ratio.map_or(String::new(), |r| format!("{r:.3}")),
+                target.map_or(String::new(), Bound::describe),
+                match target.and_then(|t| t.holds(f)) {
+                    Some(true) => "yes".into(),
+                    Some(false) => "NO".into(),
+                    None => String::new(),
+                },
+            ]
+        })
+        .collect();
+    let header = [
+        "figure", "value", "unit", "baseline", "ratio", "target", "holds",
+    ]
+    .map(String::from);
+    let mut widths = header.clone().map(|h| h.chars().count());
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (column, (cell, width)) in row.iter().zip(widths).enumerate() {
+            let pad = width - cell.chars().count();
+            // Numbers right-aligned, text left-aligned.
+            if matches!(column, 1 | 4) {
+                let _ = write!(line, "{}{cell}  ", " ".repeat(pad));
+            } else {
+                let _ = write!(line, "{cell}{}  ", " ".repeat(pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// A value with digits enough to read and not more: `1234567` → `1234567`, `0.8123` → `0.812`.
+fn readable_number(value: f64) -> String {
+    if value.abs() >= 100.0 {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.3}")
+    }
+}
+
+/// The machine the figures come from: cores, CPU model, date, and the commit measured.
+fn machine(layout: &Layout) -> serde_json::Value {
+    let output = |program: &str, args: &[&str]| {
+        Command::new(program)
+            .args(args)
+            .current_dir(&layout.root)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|rest| rest.trim_start_matches([' ', '\t', ':']).to_owned())
+        });
+    serde_json::json!({
+        "nproc": std::thread::available_parallelism().map_or(0, usize::from),
+        "cpu_model": cpu_model,
+        "date": output("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
+        "git_commit": output("git", &["rev-parse", "HEAD"]),
+        "git_dirty": output("git", &["status", "--porcelain"]).map(|s| !s.is_empty()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn no_scenario_means_all_and_names_select_in_run_order() {
+        let all = BenchArgs::parse(&[]).unwrap();
+        assert_eq!(all.scenarios.len(), SCENARIOS.len());
+        assert!(!all.quick);
+        let some = BenchArgs::parse(&args(&["workqueue", "--quick", "pipeline"])).unwrap();
+        let names: Vec<&str> = some.scenarios.iter().map(|s| s.name).collect();
+        assert_eq!(names, ["pipeline", "workqueue"]);
+        assert!(some.quick);
+    }
+
+    #[test]
+    fn an_unknown_scenario_is_named_with_the_known_ones() {
+        let error = BenchArgs::parse(&args(&["pipelin"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("\"pipelin\"") && error.contains("cache-memory"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn every_target_names_a_figure_of_a_scenario() {
+        for (figure, _) in TARGETS {
+            let bench = figure.split('.').next().unwrap();
+            assert!(
+                SCENARIOS.iter().any(|s| s.bench == bench),
+                "{figure} belongs to no scenario"
+            );
+        }
+    }
+
+    #[test]
+    fn targets_hold_or_not_on_value_or_ratio() {
+        let noop = Figure::new("crossing.noop.per_event", 900.0, "ns")
+            .against("crossing.native.per_event", 0.75);
+        assert_eq!(target_of(&noop.figure).unwrap().holds(&noop), Some(false));
+        let rate = Figure::new("crossing.noop.events_per_second", 250_000.0, "events/s");
+        assert_eq!(target_of(&rate.figure).unwrap().holds(&rate), Some(true));
+        let unratioed = Figure::new("crossing.noop.per_event", 900.0, "ns");
+        assert_eq!(
+            target_of(&unratioed.figure).unwrap().holds(&unratioed),
+            None
+        );
+        assert_eq!(target_of("decode.objects_per_second"), None);
+    }
+
+    #[test]
+    fn table_lines_up_figures_with_targets() {
+        let lines = [
+            r#"# 200 Pods of 5121 bytes"#,
+            &Figure::new("crossing.noop.per_event", 1250.0, "ns")
+                .against("crossing.native.per_event", 0.84)
+                .to_json(),
+            "| figure | value |",
+            &Figure::new("decode.objects_per_second", 123456.7, "objects/s").to_json(),
+            &Figure::new("cache_memory.kubeplug_vs_kube_rs", 0.61, "x").to_json(),
+        ];
+        let figures: Vec<Figure> = lines.iter().filter_map(|l| Figure::from_json(l)).collect();
+        assert_eq!(figures.len(), 3);
+        let table = table(&figures);
+        let rows: Vec<&str> = table.lines().collect();
+        assert_eq!(rows.len(), 4, "{table}");
+        assert!(rows[0].starts_with("figure"));
+        assert!(
+            rows[1].contains("crossing.native.per_event")
+                && rows[1].contains("0.840")
+                && rows[1].contains("ratio ≥ 0.8")
+                && rows[1].ends_with("yes"),
+            "{table}"
+        );
+        assert!(
+            rows[2].contains("123457") && !rows[2].contains("yes"),
+            "{table}"
+        );
+        assert!(
+            rows[3].contains("≤ 0.500") && rows[3].ends_with("NO"),
+            "{table}"
+        );
+        // Values are right-aligned under the header's column.
+        let value_end = |row: &str, value: &str| row.find(value).unwrap() + value.len();
+        assert_eq!(value_end(rows[1], "1250"), value_end(rows[2], "123457"));
+    }
+}
