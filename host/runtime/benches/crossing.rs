@@ -39,7 +39,7 @@ fn pods() -> Resource {
     Resource::new("", "v1", "Pod", "pods", true)
 }
 
-/// A Pod of about 1 KB, with a few labels.
+/// A Pod of about 450 bytes, with a few labels.
 fn pod(i: usize) -> String {
     let app = if i.is_multiple_of(3) { "web" } else { "db" };
     format!(
