@@ -425,7 +425,12 @@ where
                     (dir, scanned)
                 });
                 let scanned;
-                (dir, scanned) = scanning.await.expect("the plugins directory scan panicked");
+                (dir, scanned) = match scanning.await {
+                    Ok(done) => done,
+                    // The runtime is shutting down.
+                    Err(error) if error.is_cancelled() => return,
+                    Err(error) => std::panic::resume_unwind(error.into_panic()),
+                };
                 match scanned {
                     Ok(scan) => {
                         if !scan.changes.is_empty() {

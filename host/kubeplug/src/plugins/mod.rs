@@ -23,7 +23,7 @@ use kubeplug_runtime::status::{MetricValue, SeriesKey};
 use kubeplug_runtime::view::BoxFuture;
 use kubeplug_runtime::{
     CacheView, ClusterWriter, Delivery, DriverControl, Gvk, LoadError, ObjectRef, Plugin,
-    PluginLimits, PluginSpec, RunState, Runtime,
+    PluginLimits, PluginSpec, PluginStats, RunState, Runtime,
 };
 use kubeplug_workqueue::{Queue, Workers, WorkqueueMetrics};
 use tokio::task::JoinHandle;
@@ -311,7 +311,11 @@ struct Totals {
 
 impl Totals {
     fn of(plugin: &Plugin) -> Self {
-        let status = plugin.status();
+        Self::of_stats(plugin.stats())
+    }
+
+    fn of_stats(stats: &PluginStats) -> Self {
+        let status = stats.snapshot();
         Self {
             events: status.events_delivered,
             failures: status.calls_failed,
@@ -335,8 +339,43 @@ struct Entry {
     tried: Option<ContentHash>,
     /// The last failure to load or replace it; cleared by a successful load.
     last_error: Option<String>,
-    /// Totals of its retired versions.
-    retired: Totals,
+    /// Counts of its retired versions.
+    retired: Retired,
+}
+
+/// The counts of a file's versions that stopped serving, so that they survive reloads.
+#[derive(Default)]
+struct Retired {
+    /// Of versions that no longer run.
+    done: Totals,
+    /// Of versions swapped out whose call in flight may still finish; folded into `done`
+    /// once nothing else holds them.
+    finishing: Vec<Arc<PluginStats>>,
+}
+
+impl Retired {
+    fn add(&mut self, totals: Totals) {
+        self.done.add(totals);
+    }
+
+    fn retire(&mut self, stats: Arc<PluginStats>) {
+        self.finishing.push(stats);
+        let (done, finishing): (Vec<_>, Vec<_>) = std::mem::take(&mut self.finishing)
+            .into_iter()
+            .partition(|stats| Arc::strong_count(stats) == 1);
+        for stats in done {
+            self.done.add(Totals::of_stats(&stats));
+        }
+        self.finishing = finishing;
+    }
+
+    fn totals(&self) -> Totals {
+        let mut totals = self.done;
+        for stats in &self.finishing {
+            totals.add(Totals::of_stats(stats));
+        }
+        totals
+    }
 }
 
 /// One plugin file and what became of it, as `/plugins` reports it.
@@ -592,7 +631,7 @@ impl PluginHost {
                 && let Some(delivering) = &serving.delivering
                 && let Ok(Some(old)) = delivering.control.replace(plugin.clone())
             {
-                entry.retired.add(Totals::of(&old));
+                entry.retired.retire(old.stats().clone());
                 serving.plugin = plugin;
                 serving.hash = hash;
                 serving.loaded_at = SystemTime::now();
@@ -622,10 +661,11 @@ impl PluginHost {
         };
         let old = self.table().get_mut(&path).and_then(|e| e.serving.take());
         if let Some(old) = old {
-            let totals = Totals::of(&old.plugin);
             if let Some(delivering) = old.delivering {
                 delivering.stop(old.plugin.name()).await;
             }
+            // After the stop: the calls that were in flight count too.
+            let totals = Totals::of(&old.plugin);
             if let Some(entry) = self.table().get_mut(&path) {
                 entry.retired.add(totals);
             }
@@ -896,7 +936,7 @@ fn report(file: &Path, entry: &Entry) -> PluginReport {
         Some(RunState::Quarantined { last_error, .. }) => Some(last_error.clone()),
         _ => entry.last_error.clone(),
     };
-    let mut totals = entry.retired;
+    let mut totals = entry.retired.totals();
     if let Some(serving) = serving {
         totals.add(Totals::of(&serving.plugin));
     }
