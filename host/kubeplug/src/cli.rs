@@ -93,24 +93,9 @@ pub(crate) struct RunArgs {
     #[arg(long, env = "KUBEPLUG_PLUGINS", value_name = "DIR")]
     pub(crate) plugins: PathBuf,
 
-    /// Directory of YAML manifests served as the cluster (the embedded local cluster),
-    /// instead of a real cluster.
-    #[arg(
-        long,
-        env = "KUBEPLUG_LOCAL",
-        value_name = "DIR",
-        conflicts_with_all = ["kubeconfig", "context"]
-    )]
-    pub(crate) local: Option<PathBuf>,
-
-    /// Kubeconfig file of the cluster to run against [default: in a pod, the service
-    /// account, unless $KUBECONFIG is set; else $KUBECONFIG, else ~/.kube/config].
-    #[arg(long, env = "KUBEPLUG_KUBECONFIG", value_name = "FILE")]
-    pub(crate) kubeconfig: Option<PathBuf>,
-
-    /// Context of the kubeconfig to use [default: its current-context].
-    #[arg(long, env = "KUBEPLUG_CONTEXT", value_name = "NAME")]
-    pub(crate) context: Option<String>,
+    /// Which cluster.
+    #[command(flatten)]
+    pub(crate) cluster: ClusterArgs,
 
     /// Watch only this namespace (all namespaces by default).
     #[arg(long, env = "KUBEPLUG_NAMESPACE", value_name = "NS")]
@@ -134,6 +119,29 @@ pub(crate) struct RunArgs {
     /// Leader election.
     #[command(flatten)]
     pub(crate) election: ElectionArgs,
+}
+
+/// The cluster `run` and `record` talk to.
+#[derive(Debug, Args)]
+pub(crate) struct ClusterArgs {
+    /// Directory of YAML manifests served as the cluster (the embedded local cluster),
+    /// instead of a real cluster.
+    #[arg(
+        long,
+        env = "KUBEPLUG_LOCAL",
+        value_name = "DIR",
+        conflicts_with_all = ["kubeconfig", "context"]
+    )]
+    pub(crate) local: Option<PathBuf>,
+
+    /// Kubeconfig file of the cluster [default: in a pod, the service account, unless
+    /// $KUBECONFIG is set; else $KUBECONFIG, else ~/.kube/config].
+    #[arg(long, env = "KUBEPLUG_KUBECONFIG", value_name = "FILE")]
+    pub(crate) kubeconfig: Option<PathBuf>,
+
+    /// Context of the kubeconfig to use [default: its current-context].
+    #[arg(long, env = "KUBEPLUG_CONTEXT", value_name = "NAME")]
+    pub(crate) context: Option<String>,
 }
 
 /// Leader election flags of `kubeplug run`.
@@ -271,23 +279,9 @@ pub(crate) struct RecordArgs {
     #[arg(long, env = "KUBEPLUG_NAMESPACE", value_name = "NS")]
     pub(crate) namespace: Option<String>,
 
-    /// Directory of YAML manifests served as the cluster (the embedded local cluster),
-    /// instead of a real cluster; its edits are recorded as they happen.
-    #[arg(
-        long,
-        env = "KUBEPLUG_LOCAL",
-        value_name = "DIR",
-        conflicts_with_all = ["kubeconfig", "context"]
-    )]
-    pub(crate) local: Option<PathBuf>,
-
-    /// Kubeconfig file of the cluster to record [default: as `run`].
-    #[arg(long, env = "KUBEPLUG_KUBECONFIG", value_name = "FILE")]
-    pub(crate) kubeconfig: Option<PathBuf>,
-
-    /// Context of the kubeconfig to use [default: its current-context].
-    #[arg(long, env = "KUBEPLUG_CONTEXT", value_name = "NAME")]
-    pub(crate) context: Option<String>,
+    /// Which cluster; edits of a local one are recorded as they happen.
+    #[command(flatten)]
+    pub(crate) cluster: ClusterArgs,
 
     /// The file to write (replaced): JSON lines if it ends in `.json`, `.jsonl` or
     /// `.ndjson`, YAML documents otherwise.

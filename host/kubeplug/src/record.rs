@@ -39,9 +39,15 @@ pub(crate) async fn record(args: RecordArgs) -> anyhow::Result<()> {
         .map(|text| parse_type(text).map_err(|e| anyhow!("--resource {e}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let cancel = CancellationToken::new();
-    let cluster = match &args.local {
+    let cluster = match &args.cluster.local {
         Some(dir) => open_local(dir, &cancel)?,
-        None => open_kube(args.kubeconfig.clone(), args.context.clone()).await?,
+        None => {
+            open_kube(
+                args.cluster.kubeconfig.clone(),
+                args.cluster.context.clone(),
+            )
+            .await?
+        }
     };
     if let Backend::Kube { client, .. } = &cluster.backend {
         client.check().await.context("cannot reach the cluster")?;

@@ -51,7 +51,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let cancel = CancellationToken::new();
     let readiness = Readiness::default();
-    let cluster_check = match args.local {
+    let cluster_check = match args.cluster.local {
         Some(_) => LOCAL_CHECK,
         None => KUBE_CHECK,
     };
@@ -60,13 +60,19 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     for check in [cluster_check, "plugins", "informers"] {
         readiness.set(check, false);
     }
-    let cluster = match &args.local {
+    let cluster = match &args.cluster.local {
         Some(dir) => {
             let cluster = open_local(dir, &cancel)?;
             readiness.set(LOCAL_CHECK, true);
             cluster
         }
-        None => open_kube(args.kubeconfig.clone(), args.context.clone()).await?,
+        None => {
+            open_kube(
+                args.cluster.kubeconfig.clone(),
+                args.cluster.context.clone(),
+            )
+            .await?
+        }
     };
 
     let factory = SharedInformerFactory::new(cluster.provider, ReflectorConfig::default());

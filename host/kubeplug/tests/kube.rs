@@ -150,6 +150,38 @@ fn built_plugin(name: &str) -> PathBuf {
     built.into_iter().next().unwrap()
 }
 
+/// A kubeconfig for `server`, a plugins directory holding label-audit, and a configuration
+/// granting it Events on Deployments, all under one directory.
+struct LabelAuditSetup {
+    kubeconfig: PathBuf,
+    plugins: PathBuf,
+    config: PathBuf,
+}
+
+impl LabelAuditSetup {
+    fn new(server: &FakeApiServer, dir: &Path) -> Self {
+        let kubeconfig = server.write_kubeconfig(dir).unwrap();
+        let plugins = dir.join("plugins");
+        std::fs::create_dir(&plugins).unwrap();
+        std::fs::copy(
+            built_plugin("label-audit"),
+            plugins.join("label-audit.wasm"),
+        )
+        .unwrap();
+        let config = dir.join("kubeplug.toml");
+        std::fs::write(
+            &config,
+            "[plugins.label-audit.grants]\nwrite = { \"apps/v1/Deployment\" = [\"record-event\"] }\n",
+        )
+        .unwrap();
+        Self {
+            kubeconfig,
+            plugins,
+            config,
+        }
+    }
+}
+
 fn deployments() -> Resource {
     Resource::new("apps", "v1", "Deployment", "deployments", true)
 }
@@ -167,20 +199,11 @@ async fn label_audit_records_an_event_on_the_api_server() {
         )
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = server.write_kubeconfig(dir.path()).unwrap();
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    std::fs::copy(
-        built_plugin("label-audit"),
-        plugins.join("label-audit.wasm"),
-    )
-    .unwrap();
-    let config = dir.path().join("kubeplug.toml");
-    std::fs::write(
-        &config,
-        "[plugins.label-audit.grants]\nwrite = { \"apps/v1/Deployment\" = [\"record-event\"] }\n",
-    )
-    .unwrap();
+    let LabelAuditSetup {
+        kubeconfig,
+        plugins,
+        config,
+    } = LabelAuditSetup::new(&server, dir.path());
 
     let host = Host::start(&[
         Path::new("--kubeconfig"),
@@ -336,20 +359,11 @@ async fn two_replicas_elect_one_leader_and_the_other_takes_over() {
     };
     deployment("before");
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = server.write_kubeconfig(dir.path()).unwrap();
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    std::fs::copy(
-        built_plugin("label-audit"),
-        plugins.join("label-audit.wasm"),
-    )
-    .unwrap();
-    let config = dir.path().join("kubeplug.toml");
-    std::fs::write(
-        &config,
-        "[plugins.label-audit.grants]\nwrite = { \"apps/v1/Deployment\" = [\"record-event\"] }\n",
-    )
-    .unwrap();
+    let LabelAuditSetup {
+        kubeconfig,
+        plugins,
+        config,
+    } = LabelAuditSetup::new(&server, dir.path());
     let lease = Duration::from_secs(1);
     let retry = Duration::from_millis(200);
     let replica = |identity: &str| {
