@@ -536,15 +536,7 @@ fn to_objects(
         let metadata = document["metadata"]
             .as_object_mut()
             .expect("metadata has a name, so it is an object");
-        let namespace = if resource.namespaced {
-            let namespace = metadata
-                .entry("namespace")
-                .or_insert_with(|| "default".into());
-            Some(namespace.as_str().unwrap_or("default").to_owned())
-        } else {
-            metadata.remove("namespace");
-            None
-        };
+        let namespace = scope_namespace(&resource, metadata);
         let key = ObjectKey::new(namespace.as_deref(), &name);
         // Within a file as across files, the first declaration wins and a later one is reported.
         match objects.entry((resource, key)) {
@@ -563,6 +555,24 @@ fn to_objects(
         }
     }
     objects
+}
+
+/// Gives `metadata` the namespace its resource's scope calls for, as `kubectl apply` does: a
+/// namespaced object without one goes to `default`, a cluster-scoped one loses any it has.
+/// Returns the namespace.
+pub fn scope_namespace(
+    resource: &Resource,
+    metadata: &mut serde_json::Map<String, serde_json::Value>,
+) -> Option<String> {
+    if resource.namespaced {
+        let namespace = metadata
+            .entry("namespace")
+            .or_insert_with(|| "default".into());
+        Some(namespace.as_str().unwrap_or("default").to_owned())
+    } else {
+        metadata.remove("namespace");
+        None
+    }
 }
 
 #[cfg(test)]

@@ -248,15 +248,7 @@ fn write_event(
         .ok_or("metadata is not a mapping")?;
     // A recorded version belongs to another server: it would be a precondition here.
     metadata.remove("resourceVersion");
-    let namespace = if resource.namespaced {
-        let namespace = metadata
-            .entry("namespace")
-            .or_insert_with(|| "default".into());
-        Some(namespace.as_str().unwrap_or("default").to_owned())
-    } else {
-        metadata.remove("namespace");
-        None
-    };
+    let namespace = kubeplug_local::scope_namespace(&resource, metadata);
     let name = metadata["name"].as_str().unwrap_or_default().to_owned();
     let key = ObjectKey::new(namespace.as_deref(), &name);
     let server = cluster.server();
