@@ -8,8 +8,8 @@ use anyhow::Context as _;
 use kubeplug_informer::indexer::{Indexer, new_indexer};
 use kubeplug_runtime::description::IndexSource;
 use kubeplug_runtime::{
-    CacheView, Delivery, Description, Gvk, KeyMapping, NoCluster, Plugin, PluginSpec, Runtime,
-    RuntimeConfig,
+    CacheView, Delivery, Description, Gvk, KeyMapping, MetaFields, NoCluster, Plugin, PluginSpec,
+    Runtime, RuntimeConfig,
 };
 
 use crate::cli::CheckArgs;
@@ -100,6 +100,9 @@ fn render(description: &Description, path: &Path) -> String {
         if let Some(period) = subscription.resync_period {
             details.push(format!("resync every {period:?}"));
         }
+        if subscription.meta_fields != MetaFields::ALL {
+            details.push(meta_fields_text(subscription.meta_fields));
+        }
         if subscription.wants_object_json {
             details.push("object JSON".into());
         }
@@ -136,4 +139,22 @@ fn render(description: &Description, path: &Path) -> String {
         let _ = writeln!(out, "writes {resource}: {}", verbs.join(", "));
     }
     out
+}
+
+/// The metadata a subscription's events carry, when it asked for less than all of it.
+fn meta_fields_text(fields: MetaFields) -> String {
+    let parts: Vec<&str> = [
+        (fields.uid, "uid"),
+        (fields.labels, "labels"),
+        (fields.owner_references, "owner references"),
+        (fields.deletion_timestamp, "deletion timestamp"),
+    ]
+    .into_iter()
+    .filter_map(|(wanted, part)| wanted.then_some(part))
+    .collect();
+    if parts.is_empty() {
+        "metadata: key only".into()
+    } else {
+        format!("metadata: key, {}", parts.join(", "))
+    }
 }

@@ -4,42 +4,53 @@ use kubeplug_informer::listener::Notification;
 use kubeplug_informer::object::Object;
 
 use crate::bindings::wit;
-use crate::description::SubscriptionSpec;
+use crate::description::{MetaFields, SubscriptionSpec};
 
-/// The typed metadata of `object`.
-pub(crate) fn meta(object: &Object) -> wit::ObjectMeta {
+/// The typed metadata of `object`: the parts `fields` names, the others empty.
+pub(crate) fn meta(object: &Object, fields: MetaFields) -> wit::ObjectMeta {
     wit::ObjectMeta {
         namespace: object.namespace().map(str::to_owned),
         name: object.name().to_owned(),
-        uid: object.uid().map(str::to_owned),
+        uid: object.uid().filter(|_| fields.uid).map(str::to_owned),
         resource_version: object.resource_version(),
         generation: object.generation(),
-        labels: object
-            .labels()
-            .map(|(key, value)| wit::Label {
-                key: key.to_owned(),
-                value: value.to_owned(),
-            })
-            .collect(),
-        owner_references: object
-            .owner_references()
-            .iter()
-            .map(|o| wit::OwnerReference {
-                api_version: o.api_version.to_string(),
-                kind: o.kind.to_string(),
-                name: o.name.to_string(),
-                uid: o.uid.to_string(),
-                controller: o.controller,
-            })
-            .collect(),
-        deletion_timestamp: object.deletion_timestamp().map(str::to_owned),
+        labels: if fields.labels {
+            object
+                .labels()
+                .map(|(key, value)| wit::Label {
+                    key: key.to_owned(),
+                    value: value.to_owned(),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
+        owner_references: if fields.owner_references {
+            object
+                .owner_references()
+                .iter()
+                .map(|o| wit::OwnerReference {
+                    api_version: o.api_version.to_string(),
+                    kind: o.kind.to_string(),
+                    name: o.name.to_string(),
+                    uid: o.uid.to_string(),
+                    controller: o.controller,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
+        deletion_timestamp: object
+            .deletion_timestamp()
+            .filter(|_| fields.deletion_timestamp)
+            .map(str::to_owned),
     }
 }
 
-/// `object` as the cache hands it out.
+/// `object` as the cache hands it out: all its metadata.
 pub(crate) fn cached(object: &Object) -> wit::CachedObject {
     wit::CachedObject {
-        meta: meta(object),
+        meta: meta(object, MetaFields::ALL),
         json: object.json().to_owned(),
     }
 }
@@ -84,10 +95,67 @@ pub(crate) fn event(index: u32, spec: &SubscriptionSpec, n: &Notification) -> wi
         in_initial_list: initial,
         resync,
         tombstone,
-        meta: meta(object),
+        meta: meta(object, spec.meta_fields),
         object_json: spec.wants_object_json.then(|| object.json().to_owned()),
         old_json: old
             .filter(|_| spec.wants_old_json)
             .map(|o| o.json().to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kubeplug_informer::object::ObjectDecoder;
+    use kubeplug_informer::resource::Resource;
+
+    use super::*;
+
+    fn pod() -> Object {
+        let json = br#"{"metadata":{"name":"web-1","namespace":"prod","uid":"u1",
+            "resourceVersion":"7","generation":2,"deletionTimestamp":"2026-12-01T10:00:00Z",
+            "labels":{"app":"web","tier":"front"},
+            "ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web",
+                "uid":"rs1","controller":true}]}}"#;
+        ObjectDecoder::new(Resource::new("", "v1", "Pod", "pods", true))
+            .decode(json)
+            .expect("a valid Pod")
+    }
+
+    #[test]
+    fn every_part_when_all_are_asked_for() {
+        let meta = meta(&pod(), MetaFields::ALL);
+        assert_eq!(meta.uid.as_deref(), Some("u1"));
+        assert_eq!(meta.labels.len(), 2);
+        assert_eq!(meta.owner_references[0].uid, "rs1");
+        assert_eq!(
+            meta.deletion_timestamp.as_deref(),
+            Some("2026-12-01T10:00:00Z")
+        );
+    }
+
+    #[test]
+    fn parts_left_out_arrive_empty_and_the_key_and_versions_always_come() {
+        let labels_only = MetaFields {
+            labels: true,
+            ..MetaFields::NONE
+        };
+        let labelled = meta(&pod(), labels_only);
+        assert_eq!(
+            (labelled.namespace.as_deref(), labelled.name.as_str()),
+            (Some("prod"), "web-1")
+        );
+        assert_eq!(
+            (labelled.resource_version, labelled.generation),
+            (7, Some(2))
+        );
+        let labels: Vec<_> = labelled.labels.iter().map(|l| l.key.as_str()).collect();
+        assert_eq!(labels, ["app", "tier"]);
+        assert_eq!(labelled.uid, None);
+        assert!(labelled.owner_references.is_empty());
+        assert_eq!(labelled.deletion_timestamp, None);
+
+        let key_only = meta(&pod(), MetaFields::NONE);
+        assert_eq!(key_only.name, "web-1");
+        assert!(key_only.labels.is_empty() && key_only.uid.is_none());
     }
 }

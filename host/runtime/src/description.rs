@@ -45,12 +45,58 @@ pub struct SubscriptionSpec {
     pub field_selector: Option<String>,
     /// Resync period.
     pub resync_period: Option<Duration>,
+    /// The parts of the metadata each event carries besides the key and versions.
+    pub meta_fields: MetaFields,
     /// Send object JSON with each event.
     pub wants_object_json: bool,
     /// Send the old object's JSON with updates.
     pub wants_old_json: bool,
     /// Reconcile mode: which key an event enqueues.
     pub enqueue: KeyMapping,
+}
+
+/// The optional parts of an object's metadata that a subscription's events carry; namespace,
+/// name, resourceVersion and generation always come. Each part costs every event a copy
+/// into the plugin's memory per string, so plugins ask only for what they read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetaFields {
+    /// `uid`.
+    pub uid: bool,
+    /// `labels`.
+    pub labels: bool,
+    /// `owner-references`.
+    pub owner_references: bool,
+    /// `deletion-timestamp`.
+    pub deletion_timestamp: bool,
+}
+
+impl MetaFields {
+    /// No part: events carry the key and versions only.
+    pub const NONE: Self = Self {
+        uid: false,
+        labels: false,
+        owner_references: false,
+        deletion_timestamp: false,
+    };
+
+    /// Every part.
+    pub const ALL: Self = Self {
+        uid: true,
+        labels: true,
+        owner_references: true,
+        deletion_timestamp: true,
+    };
+}
+
+impl From<guest::MetaFields> for MetaFields {
+    fn from(fields: guest::MetaFields) -> Self {
+        Self {
+            uid: fields.contains(guest::MetaFields::UID),
+            labels: fields.contains(guest::MetaFields::LABELS),
+            owner_references: fields.contains(guest::MetaFields::OWNER_REFERENCES),
+            deletion_timestamp: fields.contains(guest::MetaFields::DELETION_TIMESTAMP),
+        }
+    }
 }
 
 /// How a reconcile-mode event becomes work-queue keys.
@@ -223,6 +269,7 @@ impl Description {
                 label_selector: s.label_selector.filter(|s| !s.is_empty()),
                 field_selector: s.field_selector.filter(|s| !s.is_empty()),
                 resync_period: s.resync_period_ms.map(Duration::from_millis),
+                meta_fields: s.meta_fields.into(),
                 wants_object_json: s.wants_object_json,
                 wants_old_json: s.wants_old_json,
                 enqueue: match s.enqueue {

@@ -32,7 +32,7 @@ mod state;
 pub mod status;
 pub mod view;
 
-pub use description::{Delivery, Description, KeyMapping, SubscriptionSpec, WriteVerb};
+pub use description::{Delivery, Description, KeyMapping, MetaFields, SubscriptionSpec, WriteVerb};
 pub use driver::{DriverControl, DriverError};
 pub use engine::{Allocator, CompileSource, EngineError, Live, Runtime, RuntimeConfig};
 pub use grants::Grants;

@@ -73,6 +73,8 @@ function describe() {
         labelSelector: null,
         fieldSelector: null,
         resyncPeriodMs: null,
+        // The key is enough: the container statuses come from the object's JSON.
+        metaFields: { uid: false, labels: false, ownerReferences: false, deletionTimestamp: false },
         wantsObjectJson: true,
         wantsOldJson: false,
         enqueue: { tag: "own-key" },

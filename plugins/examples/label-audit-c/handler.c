@@ -69,6 +69,8 @@ static exports_kubeplug_plugin_handler_subscription_t subscription(gvk_t resourc
   exports_kubeplug_plugin_handler_subscription_t s;
   memset(&s, 0, sizeof s);
   s.resource_type = resource_type;
+  // Only the labels: namespace and name always come, and the rest would cost every event.
+  s.meta_fields = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_META_FIELDS_LABELS;
   s.enqueue.tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_KEY_MAPPING_OWN_KEY;
   return s;
 }

@@ -48,6 +48,8 @@ function subscription(resourceType) {
     labelSelector: null,
     fieldSelector: null,
     resyncPeriodMs: null,
+    // Only the labels: namespace and name always come, and the rest would cost every event.
+    metaFields: { uid: false, labels: true, ownerReferences: false, deletionTimestamp: false },
     wantsObjectJson: false,
     wantsOldJson: false,
     enqueue: { tag: "own-key" },

@@ -20,6 +20,7 @@ from wit_world.exports.handler import (
     Delivery_Events,
     Description,
     KeyMapping_OwnKey,
+    MetaFields,
     ReconcileResult,
     ReconcileResult_Done,
     Subscription,
@@ -50,6 +51,8 @@ def subscription(resource_type: Gvk) -> Subscription:
         label_selector=None,
         field_selector=None,
         resync_period_ms=None,
+        # Only the labels: namespace and name always come, and the rest would cost every event.
+        meta_fields=MetaFields.LABELS,
         wants_object_json=False,
         wants_old_json=False,
         enqueue=KeyMapping_OwnKey(),

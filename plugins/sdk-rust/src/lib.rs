@@ -47,8 +47,8 @@ pub mod bindings {
 use serde::de::DeserializeOwned;
 
 pub use bindings::exports::kubeplug::plugin::handler::{
-    Delivery, Description, IndexDecl, IndexSpec, KeyMapping, ReconcileResult, Subscription,
-    WriteRequest, WriteVerb,
+    Delivery, Description, IndexDecl, IndexSpec, KeyMapping, MetaFields, ReconcileResult,
+    Subscription, WriteRequest, WriteVerb,
 };
 pub use bindings::kubeplug::plugin::types::{
     CachedObject, Error, Event, EventType, Gvk, Label, ObjectMeta, ObjectRef, OwnerReference,
@@ -58,8 +58,8 @@ pub use bindings::kubeplug::plugin::types::{
 pub mod prelude {
     pub use crate::{
         CachedObject, Delivery, Description, Error, Event, EventType, Gvk, IndexDecl, IndexSpec,
-        KeyMapping, ObjectMeta, ObjectRef, Plugin, ReconcileResult, Settings, Subscription,
-        WriteRequest, WriteVerb, cache, cluster, export_plugin, gvk, log, metrics,
+        KeyMapping, MetaFields, ObjectMeta, ObjectRef, Plugin, ReconcileResult, Settings,
+        Subscription, WriteRequest, WriteVerb, cache, cluster, export_plugin, gvk, log, metrics,
     };
 }
 
@@ -178,7 +178,8 @@ impl Description {
 }
 
 impl Subscription {
-    /// Every object of `resource_type`, metadata only, enqueueing its own key.
+    /// Every object of `resource_type`, with all its metadata and no JSON, enqueueing its
+    /// own key.
     pub fn to(resource_type: Gvk) -> Self {
         Self {
             resource_type,
@@ -186,10 +187,20 @@ impl Subscription {
             label_selector: None,
             field_selector: None,
             resync_period_ms: None,
+            meta_fields: MetaFields::all(),
             wants_object_json: false,
             wants_old_json: false,
             enqueue: KeyMapping::OwnKey,
         }
+    }
+
+    /// Events carry only these parts of the metadata besides namespace, name,
+    /// resourceVersion and generation: e.g. `MetaFields::LABELS` for a handler that reads
+    /// labels, `MetaFields::empty()` for one that needs only the key. Each part left out
+    /// makes every event cheaper to deliver; the parts left out arrive empty.
+    pub fn meta(mut self, fields: MetaFields) -> Self {
+        self.meta_fields = fields;
+        self
     }
 
     /// Also send each event's object JSON.

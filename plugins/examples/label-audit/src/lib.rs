@@ -43,7 +43,10 @@ impl Plugin for LabelAudit {
         let mut description = Description::events(
             "label-audit",
             "0.1.0",
-            vec![Subscription::to(deployments()), Subscription::to(pods())],
+            vec![
+                Subscription::to(deployments()).meta(MetaFields::LABELS),
+                Subscription::to(pods()).meta(MetaFields::LABELS),
+            ],
         );
         description.writes = [deployments(), pods()]
             .into_iter()

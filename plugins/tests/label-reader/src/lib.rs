@@ -32,7 +32,7 @@ impl Plugin for LabelReader {
         Description::events(
             "label-reader",
             "0.1.0",
-            vec![Subscription::to(gvk("", "v1", "Pod"))],
+            vec![Subscription::to(gvk("", "v1", "Pod")).meta(MetaFields::LABELS)],
         )
     }
 

@@ -14,7 +14,7 @@ impl Plugin for Noop {
         Description::events(
             "noop",
             "0.1.0",
-            vec![Subscription::to(gvk("", "v1", "Pod"))],
+            vec![Subscription::to(gvk("", "v1", "Pod")).meta(MetaFields::empty())],
         )
     }
 
