@@ -3,16 +3,27 @@
 // the settings {"stamp_label": "...", "report_every": N} it also times the stamped updates
 // and reports percentiles through metrics, as the Rust guests' bench-latency probe does.
 //
-// QuickJS's clock: `performance.timeOrigin + performance.now()` where the runtime has them
-// (sub-millisecond), else `Date.now()` (whole milliseconds).
+// The clock: QuickJS's `Date.now()` has whole milliseconds and its `performance.timeOrigin`
+// is 0, so the probe pins `performance.now()` (sub-millisecond, from process start) to the
+// wall clock at the instant `Date.now()` ticks, then reads `origin + performance.now()`.
 
 import { counterAdd, gaugeSet } from "kubeplug:plugin/metrics@0.1.0";
 
 const PODS = { group: "", version: "v1", kind: "Pod" };
 
 let web = 0;
-/** `{ stampLabel, reportEvery, samples }` when timing, else null. */
+/** `{ stampLabel, reportEvery, samples, origin }` when timing, else null. */
 let probe = null;
+
+/** The wall-clock time, in milliseconds, at which `performance.now()` was 0. */
+function wallClockOrigin() {
+  const start = Date.now();
+  let now = start;
+  while (now === start) {
+    now = Date.now();
+  }
+  return now - performance.now();
+}
 
 function init(settings) {
   const config = JSON.parse(settings);
@@ -20,7 +31,12 @@ function init(settings) {
     if (!Number.isInteger(config.report_every) || config.report_every <= 0) {
       throw "settings: report_every must be a positive integer";
     }
-    probe = { stampLabel: config.stamp_label, reportEvery: config.report_every, samples: [] };
+    probe = {
+      stampLabel: config.stamp_label,
+      reportEvery: config.report_every,
+      samples: [],
+      origin: wallClockOrigin(),
+    };
   }
 }
 
@@ -56,24 +72,19 @@ function label(meta, key) {
   return undefined;
 }
 
-function nowMillis() {
-  const p = globalThis.performance;
-  return p && typeof p.timeOrigin === "number" ? p.timeOrigin + p.now() : Date.now();
-}
-
 function observe(event) {
   // Nanosecond stamps exceed a double's 53 bits: milliseconds keep the difference exact enough.
   const stamp = Number(label(event.meta, probe.stampLabel)) / 1e6;
   if (!(stamp > 0)) {
     return;
   }
-  probe.samples.push((nowMillis() - stamp) * 1e6);
+  probe.samples.push((probe.origin + performance.now() - stamp) * 1e6);
   if (probe.samples.length >= probe.reportEvery) {
     const sorted = probe.samples.sort((a, b) => a - b);
     const last = sorted.length - 1;
     gaugeSet("latency_p50_ns", [], sorted[Math.floor((last * 50) / 100)]);
     gaugeSet("latency_p99_ns", [], sorted[Math.floor((last * 99) / 100)]);
-    counterAdd("latency_reports_total", [], 1n);
+    counterAdd("latency_reports_total", [], 1);
     probe.samples = [];
   }
 }

@@ -1,0 +1,518 @@
+//! Issue 9 scenario 1 end to end: source → Reflector → DeltaFIFO → Indexer → listener →
+//! handler, where the handler is a native closure (the baseline) or a Wasm plugin driven by
+//! the events driver, all on one current-thread runtime (`cargo xtask bench pipeline-wasm`
+//! pins the process to one core).
+//!
+//! The source is `pipeline.rs`'s: `KUBEPLUG_BENCH_OBJECTS` (100000) generated Pods of 5–6 KB
+//! with managedFields, listed, then MODIFIED events cycling over them. Each Pod carries the
+//! label `bench-written-at`, zero except in the latency runs. Per handler:
+//!
+//! - **max rate**: after the initial sync and a warm-up, `KUBEPLUG_BENCH_UPDATES` (200000)
+//!   updates as fast as the source can emit them, `KUBEPLUG_BENCH_REPETITIONS` (5) times on
+//!   one informer; `deltas_per_second` is the median over the time until the handler has
+//!   had the last one, `per_delta` its inverse with the ratio native time / this time (1.0 =
+//!   as fast as native);
+//! - **latency at half that rate**: on a fresh informer, updates paced at half the handler's
+//!   median max rate for `KUBEPLUG_BENCH_LATENCY_SECONDS` (2) per repetition, each stamped
+//!   with the wall-clock time at which the source emits it. The handler reads its clock when
+//!   it sees the update and keeps now − stamp: the native closure itself, the Wasm guests
+//!   through a latency probe that reports p50/p99 through plugin metrics (`bench-latency`).
+//!   The no-op's latency comes from `noop-timed` (the no-op plus the probe), since `noop`
+//!   cannot report anything. Figures: medians of the repetitions' p50 and p99.
+//!
+//! Handlers: the native no-op closure, `noop`, `label-only` (one label from typed
+//! metadata), `json-parse` (serde_json over the whole object), and `label-only-js` and
+//! `label-only-py`, the label reading in JavaScript and Python. `cargo test` runs it at tiny
+//! sizes (its figures mean nothing), sharing the runtime tests' artefact cache so that an
+//! unoptimised host does not compile the Python component again.
+
+// A benchmark reports on stdout by design.
+#![allow(clippy::print_stdout)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, ensure};
+use bytes::Bytes;
+use kubeplug_bench_support::{Figure, Run, median, peak_rss_bytes};
+use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
+use kubeplug_informer::listener::{ListenerReceiver, Notification};
+use kubeplug_informer::object::ObjectDecoder;
+use kubeplug_informer::reflector::ReflectorConfig;
+use kubeplug_runtime::events::run_events;
+use kubeplug_runtime::status::MetricValue;
+use kubeplug_runtime::{
+    Gvk, IndexerMap, NoCluster, Plugin, PluginLimits, PluginSpec, Runtime, RuntimeConfig,
+};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use common::{Phase, Pods, Replay, STAMP_LABEL, pod_resource};
+
+mod common;
+
+/// Notifications per handler call, native or Wasm (the events driver's default batch).
+const BATCH: usize = 64;
+
+/// A handler under test.
+#[derive(Debug, Clone, Copy)]
+enum Handler {
+    /// A native closure draining the listener in batches of [`BATCH`].
+    Native,
+    /// A Wasm plugin: `throughput` for the max rate, `timed` (the same work plus the
+    /// latency probe) for the latency.
+    Wasm {
+        throughput: &'static str,
+        timed: &'static str,
+    },
+}
+
+/// Every handler, the baseline first: (figure name, handler).
+const HANDLERS: [(&str, Handler); 6] = [
+    ("native", Handler::Native),
+    (
+        "noop",
+        Handler::Wasm {
+            throughput: "noop",
+            timed: "noop-timed",
+        },
+    ),
+    (
+        "label",
+        Handler::Wasm {
+            throughput: "label-only",
+            timed: "label-only",
+        },
+    ),
+    (
+        "json",
+        Handler::Wasm {
+            throughput: "json-parse",
+            timed: "json-parse",
+        },
+    ),
+    (
+        "label_js",
+        Handler::Wasm {
+            throughput: "label-only-js",
+            timed: "label-only-js",
+        },
+    ),
+    (
+        "label_py",
+        Handler::Wasm {
+            throughput: "label-only-py",
+            timed: "label-only-py",
+        },
+    ),
+];
+
+/// How much to measure.
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    objects: usize,
+    updates: usize,
+    latency_seconds: f64,
+    repetitions: usize,
+    smoke: bool,
+}
+
+/// What a latency run reports: p50 and p99 in nanoseconds, and how many reports so far.
+#[derive(Debug, Clone, Copy, Default)]
+struct LatencyReport {
+    reports: u64,
+    p50_ns: f64,
+    p99_ns: f64,
+}
+
+/// The native closure's latency probe: the same sampling as the guests' `bench-latency`.
+#[derive(Debug)]
+struct NativeProbe {
+    report_every: usize,
+    samples: Vec<u64>,
+    report: Arc<Mutex<LatencyReport>>,
+}
+
+impl NativeProbe {
+    fn observe(&mut self, notification: &Notification) {
+        let Some(stamp) = notification
+            .object()
+            .label(STAMP_LABEL)
+            .and_then(|s| s.parse::<u64>().ok())
+            .filter(|&s| s > 0)
+        else {
+            return;
+        };
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_nanos() as u64;
+        self.samples.push(now.saturating_sub(stamp));
+        if self.samples.len() >= self.report_every {
+            self.samples.sort_unstable();
+            let last = self.samples.len() - 1;
+            let mut report = self.report.lock().expect("not poisoned");
+            report.reports += 1;
+            report.p50_ns = self.samples[last * 50 / 100] as f64;
+            report.p99_ns = self.samples[last * 99 / 100] as f64;
+            self.samples.clear();
+        }
+    }
+}
+
+/// A handler attached to a listener: how many notifications it has handled, and its latency
+/// reports.
+enum Attached {
+    Native {
+        handled: Arc<AtomicU64>,
+        report: Arc<Mutex<LatencyReport>>,
+        task: JoinHandle<()>,
+    },
+    Wasm {
+        plugin: Arc<Plugin>,
+        driver: JoinHandle<()>,
+    },
+}
+
+impl Attached {
+    fn handled(&self) -> u64 {
+        match self {
+            Self::Native { handled, .. } => handled.load(Ordering::Relaxed),
+            Self::Wasm { plugin, .. } => plugin.status().events_delivered,
+        }
+    }
+
+    fn latency(&self) -> LatencyReport {
+        match self {
+            Self::Native { report, .. } => *report.lock().expect("not poisoned"),
+            Self::Wasm { plugin, .. } => {
+                let series = plugin.metrics().snapshot();
+                let value = |name: &str| match series.get(&(name.to_owned(), Vec::new())) {
+                    Some(MetricValue::Gauge(v)) => *v,
+                    Some(MetricValue::Counter(n)) => *n as f64,
+                    None => 0.0,
+                };
+                LatencyReport {
+                    reports: value("latency_reports_total") as u64,
+                    p50_ns: value("latency_p50_ns"),
+                    p99_ns: value("latency_p99_ns"),
+                }
+            }
+        }
+    }
+
+    fn abort(&self) {
+        match self {
+            Self::Native { task, .. } => task.abort(),
+            Self::Wasm { driver, .. } => driver.abort(),
+        }
+    }
+}
+
+/// The runtime with the artefact cache the runtime tests share, so that neither the bench
+/// nor its smoke run compiles an unchanged component twice.
+fn runtime() -> Result<Runtime> {
+    let artefacts = xtask::Layout::from_manifest_dir()
+        .root
+        .join("target")
+        .join("test-artefacts");
+    Ok(Runtime::new(RuntimeConfig {
+        artifact_cache: Some(artefacts),
+        ..RuntimeConfig::default()
+    })?)
+}
+
+fn component(name: &str) -> Result<Vec<u8>> {
+    let path = xtask::Layout::from_manifest_dir()
+        .test_output_dir()
+        .join(format!("{name}.wasm"));
+    std::fs::read(&path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// Attaches `handler` to `rx`; `report_every` turns the latency probe on.
+async fn attach(
+    runtime: &Runtime,
+    handler: Handler,
+    informer: &SharedIndexInformer,
+    mut rx: ListenerReceiver,
+    report_every: Option<usize>,
+) -> Result<Attached> {
+    match handler {
+        Handler::Native => {
+            let handled = Arc::new(AtomicU64::new(0));
+            let report = Arc::new(Mutex::new(LatencyReport::default()));
+            let mut probe = report_every.map(|report_every| NativeProbe {
+                report_every,
+                samples: Vec::with_capacity(report_every),
+                report: report.clone(),
+            });
+            let count = handled.clone();
+            let task = tokio::spawn(async move {
+                while let Some(batch) = rx.recv_batch(BATCH).await {
+                    for notification in batch.iter() {
+                        match &mut probe {
+                            Some(probe) => probe.observe(notification),
+                            None => {
+                                std::hint::black_box(notification);
+                            }
+                        }
+                    }
+                    count.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                }
+            });
+            Ok(Attached::Native {
+                handled,
+                report,
+                task,
+            })
+        }
+        Handler::Wasm { throughput, timed } => {
+            let (name, settings) = match report_every {
+                None => (throughput, "{}".to_owned()),
+                Some(n) => (
+                    timed,
+                    format!(r#"{{"stamp_label":"{STAMP_LABEL}","report_every":{n}}}"#),
+                ),
+            };
+            let caches = BTreeMap::from([(Gvk::new("", "v1", "Pod"), informer.indexer().clone())]);
+            let plugin = runtime
+                .load(PluginSpec {
+                    path: format!("target/test-plugins/{name}.wasm").into(),
+                    bytes: component(name)?,
+                    settings,
+                    grants: Default::default(),
+                    limits: PluginLimits {
+                        // An unoptimised host (the smoke run) runs Python's start-up slowly.
+                        call_deadline: Duration::from_secs(10),
+                        batch_size: BATCH,
+                        ..PluginLimits::default()
+                    },
+                    cache: Arc::new(IndexerMap(caches)),
+                    writer: Arc::new(NoCluster),
+                })
+                .await
+                .with_context(|| format!("loading {name}"))?;
+            let plugin = Arc::new(plugin);
+            let driver = run_events(plugin.clone(), vec![rx])?;
+            Ok(Attached::Wasm { plugin, driver })
+        }
+    }
+}
+
+/// One informer over the replayed Pods with `handler` attached, synced into it.
+struct Bench {
+    source: Arc<Replay>,
+    informer: SharedIndexInformer,
+    phases: mpsc::UnboundedSender<Phase>,
+    handler: Attached,
+}
+
+impl Bench {
+    async fn start(
+        runtime: &Runtime,
+        pods: &Arc<Pods>,
+        handler: Handler,
+        report_every: Option<usize>,
+    ) -> Result<Self> {
+        let (source, phases) = Replay::new(pods.clone());
+        let source = Arc::new(source);
+        let informer = SharedIndexInformer::new(
+            source.clone(),
+            ObjectDecoder::new(pod_resource()),
+            ReflectorConfig::default(),
+        );
+        let rx = informer.add_handler(HandlerOptions::default());
+        let handler = attach(runtime, handler, &informer, rx, report_every).await?;
+        informer.start();
+        let bench = Self {
+            source,
+            informer,
+            phases,
+            handler,
+        };
+        bench.wait_handled(pods.json.len() as u64).await?;
+        Ok(bench)
+    }
+
+    /// Waits until the handler has handled `n` notifications in all.
+    async fn wait_handled(&self, n: u64) -> Result<()> {
+        while self.handler.handled() < n {
+            self.check_alive()?;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        Ok(())
+    }
+
+    fn check_alive(&self) -> Result<()> {
+        if let Attached::Wasm { plugin, .. } = &self.handler {
+            let status = plugin.status();
+            ensure!(
+                status.calls_failed == 0,
+                "{} failed a call: {:?}",
+                plugin.name(),
+                status.last_error
+            );
+        }
+        Ok(())
+    }
+
+    /// Runs `phase` and returns the time until the handler has had its last update.
+    async fn run(&self, phase: Phase) -> Result<Duration> {
+        let target = self.handler.handled() + phase.updates as u64;
+        let started = Instant::now();
+        self.phases
+            .send(phase)
+            .context("the source's watch is gone")?;
+        self.wait_handled(target).await?;
+        Ok(started.elapsed())
+    }
+
+    /// Stops it, checking that the figures come from one uninterrupted watch.
+    async fn stop(self) -> Result<()> {
+        self.handler.abort();
+        self.informer.stop().await;
+        let watches = self.source.watches();
+        ensure!(watches == 1, "the informer opened {watches} watches, not 1");
+        Ok(())
+    }
+}
+
+/// The handler's max rates (deltas/s), one per repetition.
+async fn max_rates(
+    runtime: &Runtime,
+    pods: &Arc<Pods>,
+    handler: Handler,
+    sizes: Sizes,
+) -> Result<Vec<f64>> {
+    let bench = Bench::start(runtime, pods, handler, None).await?;
+    let flat_out = |updates| Phase {
+        updates,
+        paced: None,
+    };
+    bench.run(flat_out(sizes.updates / 5 + 1)).await?; // warm-up
+    let mut rates = Vec::new();
+    for _ in 0..sizes.repetitions {
+        let elapsed = bench.run(flat_out(sizes.updates)).await?;
+        rates.push(sizes.updates as f64 / elapsed.as_secs_f64());
+    }
+    bench.stop().await?;
+    Ok(rates)
+}
+
+/// The handler's (p50, p99) latencies in nanoseconds at `rate` updates/s, one per repetition.
+async fn latencies(
+    runtime: &Runtime,
+    pods: &Arc<Pods>,
+    handler: Handler,
+    rate: f64,
+    sizes: Sizes,
+) -> Result<Vec<(f64, f64)>> {
+    let samples = ((rate * sizes.latency_seconds) as usize).max(10);
+    let bench = Bench::start(runtime, pods, handler, Some(samples)).await?;
+    let paced = Phase {
+        updates: samples,
+        paced: Some(rate),
+    };
+    let mut results = Vec::new();
+    // The first is the warm-up.
+    for repetition in 0..=sizes.repetitions {
+        let before = bench.handler.latency().reports;
+        bench.run(paced).await?;
+        while bench.handler.latency().reports == before {
+            bench.check_alive()?;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let report = bench.handler.latency();
+        if repetition > 0 {
+            results.push((report.p50_ns, report.p99_ns));
+        }
+    }
+    bench.stop().await?;
+    Ok(results)
+}
+
+fn main() -> Result<()> {
+    let run = Run::from_args();
+    let sizes = Sizes {
+        objects: run.size("KUBEPLUG_BENCH_OBJECTS", 100_000, 200),
+        updates: run.size("KUBEPLUG_BENCH_UPDATES", 200_000, 1_000),
+        latency_seconds: run.size("KUBEPLUG_BENCH_LATENCY_SECONDS", 2, 1) as f64,
+        repetitions: run.repetitions(),
+        smoke: run == Run::Smoke,
+    };
+    let mut guests: Vec<String> = Vec::new();
+    for (_, handler) in HANDLERS {
+        if let Handler::Wasm { throughput, timed } = handler {
+            guests.extend([throughput.to_owned(), timed.to_owned()]);
+        }
+    }
+    guests.dedup();
+    xtask::build_plugins(&xtask::Layout::from_manifest_dir(), &guests)?;
+    let pods = Arc::new(Pods::generate(sizes.objects));
+    let average = pods.json.iter().map(Bytes::len).sum::<usize>() / sizes.objects;
+    println!(
+        "# {} Pods of {average} bytes, then {} updates per run, median of {} runs; latency at \
+         half each handler's max rate for {} s per run; current-thread runtime{}",
+        sizes.objects,
+        sizes.updates,
+        sizes.repetitions,
+        sizes.latency_seconds,
+        if sizes.smoke {
+            " (smoke run: the figures mean nothing)"
+        } else {
+            ""
+        }
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let figures = rt.block_on(async {
+        let runtime = runtime()?;
+        let mut figures = Vec::new();
+        let mut native_ns = None;
+        for (name, handler) in HANDLERS {
+            let rate = median(max_rates(&runtime, &pods, handler, sizes).await?);
+            let ns = 1e9 / rate;
+            let baseline_ns = *native_ns.get_or_insert(ns);
+            let runs = latencies(&runtime, &pods, handler, rate / 2.0, sizes).await?;
+            let p50 = median(runs.iter().map(|r| r.0).collect());
+            let p99 = median(runs.iter().map(|r| r.1).collect());
+            let figure = |what: &str, value: f64, unit: &str| {
+                Figure::new(format!("pipeline_wasm.{name}.{what}"), value, unit)
+            };
+            figures.push(figure("deltas_per_second", rate, "deltas/s"));
+            let per_delta = figure("per_delta", ns, "ns");
+            figures.push(match handler {
+                Handler::Native => per_delta,
+                Handler::Wasm { .. } => {
+                    per_delta.against("pipeline_wasm.native.per_delta", baseline_ns / ns)
+                }
+            });
+            figures.push(figure("latency_rate", rate / 2.0, "deltas/s"));
+            figures.push(figure("latency_p50", p50 / 1e3, "µs"));
+            figures.push(figure("latency_p99", p99 / 1e3, "µs"));
+            for figure in &figures[figures.len() - 5..] {
+                figure.print();
+            }
+        }
+        anyhow::Ok(figures)
+    })?;
+    let rss = Figure::new("pipeline_wasm.peak_rss", peak_rss_bytes() as f64, "bytes");
+    rss.print();
+    println!();
+    println!("| handler | deltas/s | vs native | p50 | p99 (at half rate) |");
+    println!("|---|---|---|---|---|");
+    for chunk in figures.chunks(5) {
+        let handler = chunk[0].figure.split('.').nth(1).unwrap_or_default();
+        println!(
+            "| {handler} | {:.0} | {} | {:.1} µs | {:.1} µs |",
+            chunk[0].value,
+            chunk[1].ratio.map_or("1".into(), |r| format!("{r:.3}")),
+            chunk[3].value,
+            chunk[4].value
+        );
+    }
+    Ok(())
+}
