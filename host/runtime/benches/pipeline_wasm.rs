@@ -22,7 +22,8 @@
 //!
 //! Handlers: the native no-op closure, `noop`, `label-only` (one label from typed
 //! metadata), `json-parse` (serde_json over the whole object), and `label-only-js` and
-//! `label-only-py`, the label reading in JavaScript and Python. `cargo test` runs it at tiny
+//! `label-only-py`, the label reading in JavaScript and Python; `KUBEPLUG_BENCH_HANDLERS`
+//! (e.g. `noop,label`) runs only those named, and the native baseline (for profiling). `cargo test` runs it at tiny
 //! sizes (its figures mean nothing), sharing the runtime tests' artefact cache so that an
 //! unoptimised host does not compile the Python component again.
 
@@ -442,8 +443,19 @@ fn main() -> Result<()> {
         repetitions: run.repetitions(),
         smoke: run == Run::Smoke,
     };
+    // The native baseline always runs: every ratio is against it.
+    let chosen = std::env::var("KUBEPLUG_BENCH_HANDLERS").ok();
+    let handlers: Vec<(&str, Handler)> = HANDLERS
+        .into_iter()
+        .filter(|(name, handler)| {
+            matches!(handler, Handler::Native)
+                || chosen
+                    .as_deref()
+                    .is_none_or(|list| list.split(',').any(|n| n.trim() == *name))
+        })
+        .collect();
     let mut guests: Vec<String> = Vec::new();
-    for (_, handler) in HANDLERS {
+    for &(_, handler) in &handlers {
         if let Handler::Wasm { throughput, timed } = handler {
             guests.extend([throughput.to_owned(), timed.to_owned()]);
         }
@@ -472,7 +484,7 @@ fn main() -> Result<()> {
         let runtime = runtime()?;
         let mut figures = Vec::new();
         let mut native_ns = None;
-        for (name, handler) in HANDLERS {
+        for &(name, handler) in &handlers {
             let rate = median(max_rates(&runtime, &pods, handler, sizes).await?);
             let ns = 1e9 / rate;
             let baseline_ns = *native_ns.get_or_insert(ns);
