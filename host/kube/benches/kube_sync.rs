@@ -1,11 +1,14 @@
 //! Initial sync through the real HTTP path: the fake API server, a real kube client,
 //! `KubeListerWatcher`, the informer. Prints sync time and cache bytes per object, for
 //! list-then-watch and for a streaming list (its ratio is its objects/s over
-//! list-then-watch's), so the informer's memory target can be checked on this path too.
-//! `KUBEPLUG_BENCH_OBJECTS` sets the size (default 10000 ConfigMaps of ~5 KB),
-//! `KUBEPLUG_BENCH_REPETITIONS` the measured syncs per mode after one warm-up (default 5,
-//! figures are medians). Run: `cargo xtask bench kube-sync`; `cargo test` runs it at tiny
-//! sizes so it cannot rot.
+//! list-then-watch's), so the informer's memory target can be checked on this path too, and
+//! the process's RSS once synced (the fake API server, holding every object, runs in the
+//! same process: compare the modes with each other, not with a real host).
+//! `KUBEPLUG_BENCH_OBJECTS` sets the sizes, comma-separated (default `10000,100000`
+//! ConfigMaps of ~5 KB; the server gets the objects of the larger size added to those it
+//! has), `KUBEPLUG_BENCH_REPETITIONS` the measured syncs per mode after one warm-up (default
+//! 5, figures are medians). Figures are `kube_sync.<objects>.<mode>.<what>`. Run:
+//! `cargo xtask bench kube-sync`; `cargo test` runs it at tiny sizes so it cannot rot.
 
 // A benchmark's job is to print its figures.
 #![allow(clippy::print_stdout)]
@@ -13,7 +16,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubeplug_bench_support::{Figure, Run, median, peak_rss_bytes};
+use kubeplug_bench_support::{Figure, Run, median, peak_rss_bytes, rss_bytes};
 use kubeplug_fake_apiserver::{FakeApiServer, FakeOptions};
 use kubeplug_informer::informer::SharedIndexInformer;
 use kubeplug_informer::object::ObjectDecoder;
@@ -44,7 +47,7 @@ async fn sync_once(
     server: &FakeApiServer,
     client: &KubeClient,
     mode: InitialListMode,
-) -> (Duration, i64, usize) {
+) -> (Duration, i64, usize, u64) {
     let resource = Resource::new("", "v1", "ConfigMap", "configmaps", true);
     let region = Region::new(ALLOCATOR);
     let lw = KubeListerWatcher::new(
@@ -66,6 +69,7 @@ async fn sync_once(
     let took = started.elapsed();
     // Let the page buffers of the last responses go.
     tokio::time::sleep(Duration::from_millis(200)).await;
+    let rss = rss_bytes();
     let change = region.change();
     let live = change.bytes_allocated as i64 - change.bytes_deallocated as i64;
     let json: usize = informer
@@ -76,12 +80,12 @@ async fn sync_once(
         .sum();
     let _ = server;
     informer.stop().await;
-    (took, live, json)
+    (took, live, json, rss)
 }
 
 fn main() {
     let run = Run::from_args();
-    let objects = run.size("KUBEPLUG_BENCH_OBJECTS", 10_000, 50);
+    let sizes = run.sizes("KUBEPLUG_BENCH_OBJECTS", &[10_000, 100_000], &[50]);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -92,12 +96,6 @@ fn main() {
             .await
             .expect("server");
         let resource = Resource::new("", "v1", "ConfigMap", "configmaps", true);
-        let mut wire_bytes = 0;
-        for i in 0..objects {
-            let json = configmap(i);
-            wire_bytes += json.len();
-            server.memory().create(&resource, &json).expect("create");
-        }
         let dir = tempfile::tempdir().expect("temp dir");
         let path = server.write_kubeconfig(dir.path()).expect("kubeconfig");
         let client = KubeClient::from_source(&ConfigSource::Kubeconfig {
@@ -106,58 +104,82 @@ fn main() {
         })
         .await
         .expect("client");
-        println!(
-            "# {objects} ConfigMaps of {} bytes as written, through HTTP and a kube client",
-            wire_bytes / objects
-        );
-        println!(
-            "| mode | sync | objects/s | cache bytes/object | cached JSON bytes/object | ratio |"
-        );
-        println!("|---|---|---|---|---|---|");
         let mut figures = Vec::new();
-        // Streaming lists are compared with list-then-watch, the first mode.
-        let mut list_then_watch_rate = None;
-        for (name, mode) in [
-            ("list_then_watch", InitialListMode::ListThenWatch),
-            ("streaming_list", InitialListMode::StreamingList),
-        ] {
-            sync_once(&server, &client, mode).await; // warm-up
-            let (mut rates, mut lives, mut jsons) = (Vec::new(), Vec::new(), Vec::new());
-            for _ in 0..run.repetitions() {
-                let (took, live, json) = sync_once(&server, &client, mode).await;
-                rates.push(objects as f64 / took.as_secs_f64());
-                lives.push(live as f64 / objects as f64);
-                jsons.push(json as f64 / objects as f64);
+        let (mut created, mut wire_bytes) = (0, 0);
+        for objects in sizes {
+            for i in created..objects {
+                let json = configmap(i);
+                wire_bytes += json.len();
+                server.memory().create(&resource, &json).expect("create");
             }
-            let (rate, live, json) = (median(rates), median(lives), median(jsons));
+            created = created.max(objects);
             println!(
-                "| {name} | {:.3} s | {rate:.0} | {live:.0} | {json:.0} | {:.2}x |",
-                objects as f64 / rate,
-                live / json,
+                "# {objects} ConfigMaps of {} bytes as written, through HTTP and a kube client",
+                wire_bytes / created
             );
-            let speed = Figure::new(
-                format!("kube_sync.{name}.objects_per_second"),
-                rate,
-                "objects/s",
+            println!(
+                "| mode | sync | objects/s | cache bytes/object | cached JSON bytes/object | ratio | RSS synced |"
             );
-            figures.push(match list_then_watch_rate {
-                None => speed,
-                Some(baseline) => speed.against(
-                    "kube_sync.list_then_watch.objects_per_second",
-                    rate / baseline,
-                ),
-            });
-            list_then_watch_rate.get_or_insert(rate);
-            let json_figure = format!("kube_sync.{name}.cached_json_bytes_per_object");
-            figures.push(
-                Figure::new(
-                    format!("kube_sync.{name}.cache_bytes_per_object"),
-                    live,
+            println!("|---|---|---|---|---|---|---|");
+            let prefix = format!("kube_sync.{objects}");
+            // Streaming lists are compared with list-then-watch, the first mode.
+            let mut list_then_watch_rate = None;
+            for (name, mode) in [
+                ("list_then_watch", InitialListMode::ListThenWatch),
+                ("streaming_list", InitialListMode::StreamingList),
+            ] {
+                sync_once(&server, &client, mode).await; // warm-up
+                let (mut rates, mut lives, mut jsons, mut rsses) =
+                    (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+                for _ in 0..run.repetitions() {
+                    let (took, live, json, rss) = sync_once(&server, &client, mode).await;
+                    rates.push(objects as f64 / took.as_secs_f64());
+                    lives.push(live as f64 / objects as f64);
+                    jsons.push(json as f64 / objects as f64);
+                    rsses.push(rss as f64);
+                }
+                let (rate, live, json, rss) =
+                    (median(rates), median(lives), median(jsons), median(rsses));
+                println!(
+                    "| {name} | {:.3} s | {rate:.0} | {live:.0} | {json:.0} | {:.2}x | {:.0} MiB |",
+                    objects as f64 / rate,
+                    live / json,
+                    rss / 1024.0 / 1024.0,
+                );
+                let speed = Figure::new(
+                    format!("{prefix}.{name}.objects_per_second"),
+                    rate,
+                    "objects/s",
+                );
+                figures.push(match list_then_watch_rate {
+                    None => speed,
+                    Some(baseline) => speed.against(
+                        format!("{prefix}.list_then_watch.objects_per_second"),
+                        rate / baseline,
+                    ),
+                });
+                list_then_watch_rate.get_or_insert(rate);
+                figures.push(Figure::new(
+                    format!("{prefix}.{name}.sync"),
+                    objects as f64 / rate,
+                    "s",
+                ));
+                let json_figure = format!("{prefix}.{name}.cached_json_bytes_per_object");
+                figures.push(
+                    Figure::new(
+                        format!("{prefix}.{name}.cache_bytes_per_object"),
+                        live,
+                        "bytes",
+                    )
+                    .against(&json_figure, live / json),
+                );
+                figures.push(Figure::new(json_figure, json, "bytes"));
+                figures.push(Figure::new(
+                    format!("{prefix}.{name}.rss_synced"),
+                    rss,
                     "bytes",
-                )
-                .against(&json_figure, live / json),
-            );
-            figures.push(Figure::new(json_figure, json, "bytes"));
+                ));
+            }
         }
         figures.push(Figure::new(
             "kube_sync.peak_rss",

@@ -123,6 +123,22 @@ impl Run {
         }
     }
 
+    /// The environment variable `name` (comma-separated positive integers) in a full run,
+    /// else `full`; in a smoke run always `smoke`. For a bench measured at several sizes.
+    pub fn sizes(self, name: &str, full: &[usize], smoke: &[usize]) -> Vec<usize> {
+        let from_env = || {
+            let text = std::env::var(name).ok()?;
+            text.split(',')
+                .map(|n| n.trim().parse().ok().filter(|&n: &usize| n > 0))
+                .collect::<Option<Vec<usize>>>()
+                .filter(|sizes| !sizes.is_empty())
+        };
+        match self {
+            Self::Smoke => smoke.to_vec(),
+            Self::Full => from_env().unwrap_or_else(|| full.to_vec()),
+        }
+    }
+
     /// Repetitions of each measurement (`KUBEPLUG_BENCH_REPETITIONS`, default 5; 1 in a smoke
     /// run). Figures are the median.
     pub fn repetitions(self) -> usize {
@@ -202,6 +218,18 @@ mod tests {
         ] {
             assert_eq!(Figure::from_json(other), None, "{other:?}");
         }
+    }
+
+    #[test]
+    fn smoke_runs_ignore_size_lists() {
+        assert_eq!(
+            Run::Smoke.sizes("KUBEPLUG_BENCH_NO_SUCH_KNOB", &[10, 100], &[2]),
+            [2]
+        );
+        assert_eq!(
+            Run::Full.sizes("KUBEPLUG_BENCH_NO_SUCH_KNOB", &[10, 100], &[2]),
+            [10, 100]
+        );
     }
 
     #[test]
