@@ -25,12 +25,45 @@ pub struct Scenario {
     pub name: &'static str,
     /// The cargo package holding the bench target.
     pub package: &'static str,
-    /// The bench target.
+    /// The bench target, or for [`Kind::BinTest`] the binary.
     pub bench: &'static str,
+    /// What cargo builds and how it reports its figures.
+    pub kind: Kind,
     /// Whether the issue's "one core" applies: pinned with `taskset -c 0` where it exists.
     pub one_core: bool,
     /// The environment `--quick` sets (unless already set): tiny sizes.
     pub quick: &'static [(&'static str, &'static str)],
+}
+
+/// How a scenario's target is built and run, and how it reports.
+#[derive(Debug)]
+pub enum Kind {
+    /// A `harness = false` bench target (`cargo bench --bench <bench>`), run with `--bench`;
+    /// it prints figure lines.
+    Bench,
+    /// One test of binary `<bench>`'s unit tests, built in the bench profile (`cargo bench
+    /// --bin <bench>`) and run alone with `--nocapture`, for a measurement that needs the
+    /// binary's private modules; `figures` reads the figures from what the test prints.
+    BinTest {
+        /// The test's full name.
+        test: &'static str,
+        /// Environment set in a full (not `--quick`) run.
+        full_env: &'static [(&'static str, &'static str)],
+        /// The figures in the test's output; none when it printed no summary.
+        figures: fn(&str) -> Vec<Figure>,
+        /// The figures' `<bench>` part, as [`TARGETS`] keys them.
+        prefix: &'static str,
+    },
+}
+
+impl Scenario {
+    /// The first part of its figures' names.
+    pub fn figure_prefix(&self) -> &'static str {
+        match self.kind {
+            Kind::Bench => self.bench,
+            Kind::BinTest { prefix, .. } => prefix,
+        }
+    }
 }
 
 /// Every scenario, in the order `cargo xtask bench` runs them.
@@ -39,6 +72,7 @@ pub const SCENARIOS: &[Scenario] = &[
         name: "pipeline",
         package: "kubeplug-informer",
         bench: "pipeline",
+        kind: Kind::Bench,
         one_core: true,
         quick: &[
             ("KUBEPLUG_BENCH_OBJECTS", "2000"),
@@ -49,6 +83,7 @@ pub const SCENARIOS: &[Scenario] = &[
         name: "decode",
         package: "kubeplug-informer",
         bench: "decode",
+        kind: Kind::Bench,
         one_core: true,
         quick: &[("KUBEPLUG_BENCH_OBJECTS", "20000")],
     },
@@ -56,6 +91,7 @@ pub const SCENARIOS: &[Scenario] = &[
         name: "cache-memory",
         package: "kubeplug-kube",
         bench: "cache_memory",
+        kind: Kind::Bench,
         one_core: false,
         quick: &[("KUBEPLUG_BENCH_OBJECTS", "2000")],
     },
@@ -63,6 +99,7 @@ pub const SCENARIOS: &[Scenario] = &[
         name: "crossing",
         package: "kubeplug-runtime",
         bench: "crossing",
+        kind: Kind::Bench,
         one_core: true,
         quick: &[
             ("KUBEPLUG_BENCH_OBJECTS", "2000"),
@@ -70,9 +107,33 @@ pub const SCENARIOS: &[Scenario] = &[
         ],
     },
     Scenario {
+        name: "pipeline-wasm",
+        package: "kubeplug-runtime",
+        bench: "pipeline_wasm",
+        kind: Kind::Bench,
+        one_core: true,
+        quick: &[
+            ("KUBEPLUG_BENCH_OBJECTS", "2000"),
+            ("KUBEPLUG_BENCH_UPDATES", "20000"),
+            ("KUBEPLUG_BENCH_LATENCY_SECONDS", "1"),
+        ],
+    },
+    Scenario {
+        name: "fan-out",
+        package: "kubeplug-runtime",
+        bench: "fan_out",
+        kind: Kind::Bench,
+        one_core: true,
+        quick: &[
+            ("KUBEPLUG_BENCH_OBJECTS", "1000"),
+            ("KUBEPLUG_BENCH_UPDATES", "2000"),
+        ],
+    },
+    Scenario {
         name: "languages",
         package: "kubeplug-runtime",
         bench: "languages",
+        kind: Kind::Bench,
         one_core: false,
         quick: &[
             ("KUBEPLUG_BENCH_EVENTS", "1000"),
@@ -83,6 +144,7 @@ pub const SCENARIOS: &[Scenario] = &[
         name: "kube-sync",
         package: "kubeplug-kube",
         bench: "kube_sync",
+        kind: Kind::Bench,
         one_core: false,
         quick: &[("KUBEPLUG_BENCH_OBJECTS", "1000")],
     },
@@ -90,8 +152,22 @@ pub const SCENARIOS: &[Scenario] = &[
         name: "workqueue",
         package: "kubeplug-workqueue",
         bench: "throughput",
+        kind: Kind::Bench,
         one_core: false,
         quick: &[("KUBEPLUG_BENCH_OPS", "100000")],
+    },
+    Scenario {
+        name: "hot-swap",
+        package: "kubeplug",
+        bench: "kubeplug",
+        kind: Kind::BinTest {
+            test: "plugins::tests::reload_storm",
+            full_env: &[("KUBEPLUG_STORM_FULL", "1")],
+            figures: reload_storm_figures,
+            prefix: "hot_swap",
+        },
+        one_core: false,
+        quick: &[],
     },
 ];
 
@@ -139,6 +215,18 @@ pub const TARGETS: &[(&str, Bound)] = &[
         "crossing.noop.events_per_second",
         Bound::ValueAtLeast(200_000.0),
     ),
+    // P4 end to end: source → … → listener → Wasm plugin, against a native closure there.
+    ("pipeline_wasm.noop.per_delta", Bound::RatioAtLeast(0.8)),
+    ("pipeline_wasm.label.per_delta", Bound::RatioAtLeast(0.8)),
+    (
+        "pipeline_wasm.noop.deltas_per_second",
+        Bound::ValueAtLeast(200_000.0),
+    ),
+    // P6: plugins of one type share one informer, so one watch.
+    ("fan_out.watches", Bound::ValueAtMost(1.0)),
+    // P5: a hot swap loses and duplicates nothing.
+    ("hot_swap.lost", Bound::ValueAtMost(0.0)),
+    ("hot_swap.duplicated", Bound::ValueAtMost(0.0)),
     // P2/P3: the cache against kube-rs's reflector store, and against the JSON it holds.
     ("cache_memory.kubeplug_vs_kube_rs", Bound::ValueAtMost(0.5)),
     (
@@ -147,11 +235,19 @@ pub const TARGETS: &[(&str, Bound)] = &[
     ),
     ("pipeline.cache_bytes_per_object", Bound::RatioAtMost(1.3)),
     (
-        "kube_sync.list_then_watch.cache_bytes_per_object",
+        "kube_sync.10000.list_then_watch.cache_bytes_per_object",
         Bound::RatioAtMost(1.3),
     ),
     (
-        "kube_sync.streaming_list.cache_bytes_per_object",
+        "kube_sync.10000.streaming_list.cache_bytes_per_object",
+        Bound::RatioAtMost(1.3),
+    ),
+    (
+        "kube_sync.100000.list_then_watch.cache_bytes_per_object",
+        Bound::RatioAtMost(1.3),
+    ),
+    (
+        "kube_sync.100000.streaming_list.cache_bytes_per_object",
         Bound::RatioAtMost(1.3),
     ),
 ];
@@ -217,8 +313,19 @@ pub fn bench(layout: &Layout, args: &BenchArgs) -> Result<PathBuf> {
         } else {
             Command::new(executable)
         };
-        // `--bench` is what `cargo bench` passes: the benches' full (non-smoke) mode.
-        command.arg("--bench").current_dir(package_dir);
+        command.current_dir(package_dir);
+        match scenario.kind {
+            // `--bench` is what `cargo bench` passes: the benches' full (non-smoke) mode.
+            Kind::Bench => {
+                command.arg("--bench");
+            }
+            Kind::BinTest { test, full_env, .. } => {
+                command.args([test, "--exact", "--nocapture", "--test-threads=1"]);
+                if !args.quick {
+                    command.envs(full_env.iter().copied());
+                }
+            }
+        }
         if args.quick {
             for (name, value) in scenario.quick {
                 if std::env::var_os(name).is_none() {
@@ -232,7 +339,7 @@ pub fn bench(layout: &Layout, args: &BenchArgs) -> Result<PathBuf> {
             executable.display(),
             if pinned { ", taskset -c 0" } else { "" }
         );
-        let found = run_collecting(&mut command, scenario.name)?;
+        let found = run_collecting(&mut command, scenario)?;
         runs.push(serde_json::json!({
             "scenario": scenario.name,
             "pinned_to_one_core": pinned,
@@ -280,9 +387,13 @@ fn build(layout: &Layout, scenarios: &[&Scenario]) -> Result<BTreeMap<&'static s
         "--message-format=json-render-diagnostics",
     ]);
     for scenario in scenarios {
+        let target = match scenario.kind {
+            Kind::Bench => "--bench",
+            Kind::BinTest { .. } => "--bin",
+        };
         command
             .args(["-p", scenario.package])
-            .args(["--bench", scenario.bench]);
+            .args([target, scenario.bench]);
     }
     let output = command
         .stderr(Stdio::inherit())
@@ -303,13 +414,20 @@ fn build(layout: &Layout, scenarios: &[&Scenario]) -> Result<BTreeMap<&'static s
         ) else {
             continue;
         };
+        let is_bench = message["target"]["kind"]
+            .as_array()
+            .is_some_and(|kinds| kinds.iter().any(|k| k == "bench"));
+        let is_test_harness = message["profile"]["test"] == true;
         let package_dir = Path::new(manifest)
             .parent()
             .context("a manifest path has a directory")?;
-        if let Some(scenario) = scenarios
-            .iter()
-            .find(|s| s.bench == name && package_dir.ends_with(package_path(s.package)))
-        {
+        if let Some(scenario) = scenarios.iter().find(|s| {
+            let kind_matches = match s.kind {
+                Kind::Bench => is_bench,
+                Kind::BinTest { .. } => !is_bench && is_test_harness,
+            };
+            kind_matches && s.bench == name && package_dir.ends_with(package_path(s.package))
+        }) {
             built.insert(
                 scenario.name,
                 Built {
@@ -323,30 +441,120 @@ fn build(layout: &Layout, scenarios: &[&Scenario]) -> Result<BTreeMap<&'static s
 }
 
 /// The directory of a package under the repository root (`kubeplug-informer` →
-/// `host/informer`), to tell apart same-named bench targets of different packages.
+/// `host/informer`, `kubeplug` → `host/kubeplug`), to tell apart same-named bench targets of
+/// different packages.
 fn package_path(package: &str) -> PathBuf {
     Path::new("host").join(package.trim_start_matches("kubeplug-"))
 }
 
-/// Runs `command`, passing its output through to stderr, and returns the figures it printed.
-fn run_collecting(command: &mut Command, scenario: &str) -> Result<Vec<Figure>> {
+/// Runs `command`, passing its output through to stderr, and returns the figures it printed
+/// (for a [`Kind::BinTest`], those its `figures` finds in the output).
+fn run_collecting(command: &mut Command, scenario: &Scenario) -> Result<Vec<Figure>> {
+    let name = scenario.name;
+    let mut output = String::new();
     let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .with_context(|| format!("starting the {scenario} bench"))?;
+        .with_context(|| format!("starting the {name} bench"))?;
     let stdout = child.stdout.take().context("piped stdout")?;
     let mut figures = Vec::new();
     for line in BufReader::new(stdout).lines() {
-        let line = line.with_context(|| format!("reading the {scenario} bench's output"))?;
+        let line = line.with_context(|| format!("reading the {name} bench's output"))?;
         eprintln!("{line}");
         figures.extend(Figure::from_json(&line));
+        output.push_str(&line);
+        output.push('\n');
     }
     let status = child.wait()?;
     if !status.success() {
-        bail!("the {scenario} bench failed ({status})");
+        bail!("the {name} bench failed ({status})");
+    }
+    if let Kind::BinTest {
+        test,
+        figures: read,
+        ..
+    } = scenario.kind
+    {
+        figures = read(&output);
+        if figures.is_empty() {
+            bail!("{test} printed no summary to read figures from");
+        }
+        for figure in &figures {
+            eprintln!("{}", figure.to_json());
+        }
     }
     Ok(figures)
+}
+
+/// The figures of the summary `reload_storm` (`host/kubeplug/src/plugins/tests.rs`) prints
+/// once it has checked that every delta was handled exactly once:
+///
+/// `reload storm: 1000 swaps, 21000 deltas handled, 0 lost, 0 duplicated; rename → first
+/// delta on the new version: uncached 180ms, cached p50 12ms p99 40ms max 51ms; RSS after 100
+/// swaps 90000 KiB, at the end 91000 KiB; live after: …`
+///
+/// Durations are Rust's `Debug` form. None when there is no such line.
+pub fn reload_storm_figures(output: &str) -> Vec<Figure> {
+    let Some(line) = output
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("reload storm: "))
+    else {
+        return Vec::new();
+    };
+    // The number just before `marker`.
+    let count = |marker: &str| {
+        let (before, _) = line.split_once(marker)?;
+        before.split_whitespace().last()?.parse::<f64>().ok()
+    };
+    // The duration just after `marker`, in milliseconds.
+    let millis = |marker: &str| {
+        let (_, after) = line.split_once(marker)?;
+        let token = after.split([',', ' ', ';']).next()?;
+        debug_duration(token).map(|d| d.as_secs_f64() * 1e3)
+    };
+    let found = [
+        ("hot_swap.swaps", count(" swaps,"), "swaps"),
+        (
+            "hot_swap.deltas_handled",
+            count(" deltas handled"),
+            "deltas",
+        ),
+        ("hot_swap.lost", count(" lost"), "deltas"),
+        ("hot_swap.duplicated", count(" duplicated"), "deltas"),
+        ("hot_swap.first_delta_uncached", millis("uncached "), "ms"),
+        (
+            "hot_swap.first_delta_cached_p50",
+            millis("cached p50 "),
+            "ms",
+        ),
+        ("hot_swap.first_delta_cached_p99", millis(" p99 "), "ms"),
+        ("hot_swap.first_delta_cached_max", millis(" max "), "ms"),
+        (
+            "hot_swap.rss_at_end",
+            count(" KiB; live").map(|kib| kib * 1024.0),
+            "bytes",
+        ),
+    ];
+    found
+        .into_iter()
+        .filter_map(|(name, value, unit)| Some(Figure::new(name, value?, unit)))
+        .collect()
+}
+
+/// A `Duration` as `{:?}` prints it: `150ns`, `12.5µs`, `3.25ms`, `1.2s`.
+fn debug_duration(text: &str) -> Option<std::time::Duration> {
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let seconds = match unit {
+        "ns" => number / 1e9,
+        "µs" => number / 1e6,
+        "ms" => number / 1e3,
+        "s" => number,
+        _ => return None,
+    };
+    Some(std::time::Duration::from_secs_f64(seconds))
 }
 
 /// The figure as the report stores it: the bench's fields, then its target and whether it holds.
@@ -483,7 +691,7 @@ mod tests {
         for (figure, _) in TARGETS {
             let bench = figure.split('.').next().unwrap();
             assert!(
-                SCENARIOS.iter().any(|s| s.bench == bench),
+                SCENARIOS.iter().any(|s| s.figure_prefix() == bench),
                 "{figure} belongs to no scenario"
             );
         }
@@ -502,6 +710,32 @@ mod tests {
             None
         );
         assert_eq!(target_of("decode.objects_per_second"), None);
+    }
+
+    #[test]
+    fn the_reload_storm_summary_becomes_figures() {
+        let output = "running 1 test\n\
+            reload storm: 1000 swaps, 20950 deltas handled, 0 lost, 0 duplicated; rename → \
+            first delta on the new version: uncached 1.25s, cached p50 12.5ms p99 40ms max \
+            812.5µs; RSS after 100 swaps 90000 KiB, at the end 91000 KiB; live after: Live { \
+            plugins: 1, instances: 1 }\ntest plugins::tests::reload_storm ... ok\n";
+        let figures: BTreeMap<String, (f64, String)> = reload_storm_figures(output)
+            .into_iter()
+            .map(|f| (f.figure, (f.value, f.unit)))
+            .collect();
+        let value = |name: &str| figures[name].0;
+        assert_eq!(figures.len(), 9, "{figures:?}");
+        assert_eq!(value("hot_swap.swaps"), 1000.0);
+        assert_eq!(value("hot_swap.deltas_handled"), 20950.0);
+        assert_eq!(value("hot_swap.lost"), 0.0);
+        assert_eq!(value("hot_swap.duplicated"), 0.0);
+        assert!((value("hot_swap.first_delta_uncached") - 1250.0).abs() < 1e-6);
+        assert!((value("hot_swap.first_delta_cached_p50") - 12.5).abs() < 1e-6);
+        assert!((value("hot_swap.first_delta_cached_p99") - 40.0).abs() < 1e-6);
+        assert!((value("hot_swap.first_delta_cached_max") - 0.8125).abs() < 1e-9);
+        assert_eq!(value("hot_swap.rss_at_end"), 91000.0 * 1024.0);
+        assert_eq!(figures["hot_swap.lost"].1, "deltas");
+        assert!(reload_storm_figures("test result: ok").is_empty());
     }
 
     #[test]
