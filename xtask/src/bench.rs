@@ -209,7 +209,7 @@ impl Bound {
 pub const TARGETS: &[(&str, Bound)] = &[
     // P4: Wasm no-op / native closure, as throughputs.
     ("crossing.noop.per_event", Bound::RatioAtLeast(0.8)),
-    ("crossing.label_reader.per_event", Bound::RatioAtLeast(0.8)),
+    ("crossing.label.per_event", Bound::RatioAtLeast(0.8)),
     // P4: ≥ 200k deltas/s into the Wasm no-op on one core.
     (
         "crossing.noop.events_per_second",

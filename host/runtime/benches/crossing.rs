@@ -148,7 +148,7 @@ async fn crossing(objects: usize, allocator: Allocator) -> Result<CrossingRun> {
         ..RuntimeConfig::default()
     })?;
     let noop = load(&runtime, "noop", &informer).await?;
-    let label = load(&runtime, "label-reader", &informer).await?;
+    let label = load(&runtime, "label-only", &informer).await?;
 
     let native = drain_native(&mut native_rx, objects).await;
     let noop_time = drain_plugin(noop.clone(), noop_rx, objects as u64).await?;
@@ -182,14 +182,14 @@ fn crossing_figures(prefix: &str, runs: &[CrossingRun]) -> Vec<Figure> {
             1e9 / noop,
             "events/s",
         ),
-        plugin("label_reader", m(|r| r.label)),
+        plugin("label", m(|r| r.label)),
         Figure::new(
             format!("{prefix}.noop.per_event_in_call"),
             m(|r| r.noop_in_call),
             "ns",
         ),
         Figure::new(
-            format!("{prefix}.label_reader.per_event_in_call"),
+            format!("{prefix}.label.per_event_in_call"),
             m(|r| r.label_in_call),
             "ns",
         ),
@@ -208,7 +208,7 @@ async fn instances(allocator: Allocator, label: &str, n: usize) -> Result<Vec<Fi
         ObjectDecoder::new(pods()),
         ReflectorConfig::default(),
     );
-    let plugin = load(&runtime, "label-reader", &informer).await?;
+    let plugin = load(&runtime, "label-only", &informer).await?;
     // Warm up (first instantiation touches lazily initialised engine state).
     drop(plugin.instantiate().await?);
     let before = rss_bytes();
@@ -241,7 +241,7 @@ fn compile_times() -> Result<Vec<Figure>> {
         ..RuntimeConfig::default()
     })?;
     let mut figures = Vec::new();
-    for name in ["noop", "label-reader", "cache-querier"] {
+    for name in ["noop", "label-only", "cache-querier"] {
         let bytes = guest(name)?;
         let started = Instant::now();
         let (_, source) = runtime.compile(&bytes).map_err(anyhow::Error::msg)?;
@@ -269,7 +269,7 @@ fn compile_times() -> Result<Vec<Figure>> {
 fn main() -> Result<()> {
     xtask::build_plugins(
         &xtask::Layout::from_manifest_dir(),
-        &["noop".into(), "label-reader".into(), "cache-querier".into()],
+        &["noop".into(), "label-only".into(), "cache-querier".into()],
     )?;
     let run = Run::from_args();
     let objects = run.size("KUBEPLUG_BENCH_OBJECTS", 20_000, 64);

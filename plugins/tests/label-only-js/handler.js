@@ -51,6 +51,7 @@ function describe() {
         labelSelector: null,
         fieldSelector: null,
         resyncPeriodMs: null,
+        metaFields: { uid: false, labels: true, ownerReferences: false, deletionTimestamp: false },
         wantsObjectJson: false,
         wantsOldJson: false,
         enqueue: { tag: "own-key" },

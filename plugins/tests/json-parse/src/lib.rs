@@ -23,7 +23,11 @@ impl Plugin for JsonParse {
         Description::events(
             "json-parse",
             "0.1.0",
-            vec![Subscription::to(gvk("", "v1", "Pod")).with_json()],
+            vec![
+                Subscription::to(gvk("", "v1", "Pod"))
+                    .meta(MetaFields::LABELS)
+                    .with_json(),
+            ],
         )
     }
 

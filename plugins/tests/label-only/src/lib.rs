@@ -24,7 +24,7 @@ impl Plugin for LabelOnly {
         Description::events(
             "label-only",
             "0.1.0",
-            vec![Subscription::to(gvk("", "v1", "Pod"))],
+            vec![Subscription::to(gvk("", "v1", "Pod")).meta(MetaFields::LABELS)],
         )
     }
 

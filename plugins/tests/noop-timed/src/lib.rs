@@ -20,7 +20,7 @@ impl Plugin for NoopTimed {
         Description::events(
             "noop-timed",
             "0.1.0",
-            vec![Subscription::to(gvk("", "v1", "Pod"))],
+            vec![Subscription::to(gvk("", "v1", "Pod")).meta(MetaFields::LABELS)],
         )
     }
 
