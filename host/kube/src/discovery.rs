@@ -11,13 +11,17 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use futures::StreamExt as _;
 use http::Request;
-use http_body_util::BodyExt;
 use kube::client::Body;
 use kubeplug_informer::resource::Resource;
 use serde::Deserialize;
 
 use crate::config::{KubeClient, error_chain};
+use crate::lister::{Read, read_at_most};
 use crate::wire;
+
+/// The largest discovery document read: 16 MiB, as large as an object may be. The biggest
+/// real one, `/api/v1`, is about 30 KiB; anything near the bound is not discovery.
+pub const MAX_DISCOVERY_BYTES: usize = 16 << 20;
 
 /// How many discovery documents [`Discovery::warm`] fetches at once.
 const WARM_PARALLELISM: usize = 8;
@@ -251,13 +255,16 @@ impl Discovery {
             .await
             .map_err(|e| self.failed(what, error_chain(&e)))?;
         let code = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| self.failed(what, error_chain(&e)))?
-            .to_bytes();
-        Ok((code, body))
+        match read_at_most(&mut response.into_body(), MAX_DISCOVERY_BYTES).await {
+            Ok(Read::Whole(body)) => Ok((code, body)),
+            Ok(Read::Cut(_)) => Err(self.failed(
+                what,
+                format!(
+                    "the answer is over {MAX_DISCOVERY_BYTES} bytes; it is not a discovery document"
+                ),
+            )),
+            Err(e) => Err(self.failed(what, error_chain(&e))),
+        }
     }
 
     fn failed(&self, what: &str, reason: String) -> DiscoveryError {

@@ -11,9 +11,16 @@
 //!
 //! Requests are built by hand and sent with `kube::Client::send`: kube's `Api<DynamicObject>`
 //! and `watcher` build `serde_json::Value` trees, and its error type drops `Retry-After`.
+//!
+//! Feature `client` (default) is everything but [`wire`]; without it the crate is the wire
+//! decoders alone, for the fuzz build.
 
+#[cfg(feature = "client")]
 pub mod config;
+#[cfg(feature = "client")]
 pub mod discovery;
+#[cfg(feature = "client")]
 pub mod lister;
+#[cfg(feature = "client")]
 pub mod provider;
 pub mod wire;

@@ -16,7 +16,8 @@ use http_body_util::BodyExt;
 use kube::client::Body;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::{
-    ListPage, ListRequest, ListerWatcher, SourceError, WatchEvent, WatchRequest, WatchStream,
+    ListPage, ListRequest, ListerWatcher, SourceError, Status, WatchEvent, WatchRequest,
+    WatchStream,
 };
 use tracing::debug;
 
@@ -39,9 +40,23 @@ pub struct KubeSourceOptions {
     pub list_timeout: Duration,
     /// A watch with no bytes for this long past its `timeoutSeconds` is ended; default 30 s.
     pub watch_idle_grace: Duration,
-    /// The longest watch line accepted; default [`wire::MAX_LINE_BYTES`].
+    /// The longest watch line accepted, and so the largest object (a list item too);
+    /// default [`wire::MAX_LINE_BYTES`].
     pub max_line_bytes: usize,
+    /// The largest list answer read; default [`MAX_LIST_BYTES`].
+    pub max_list_bytes: usize,
 }
+
+/// The largest list answer read: 1 GiB. A page holds at most `limit` objects (500 by
+/// default), each under etcd's 1.5 MiB value limit, so a real page stays under 750 MiB; a
+/// larger answer comes from a server or proxy that ignores `limit`, and reading it whole
+/// would hold gigabytes before a single object is decoded.
+pub const MAX_LIST_BYTES: usize = 1 << 30;
+
+/// The part of an error answer's body read to find its `Status`: 64 KiB. The API server's
+/// `Status` is a few hundred bytes; a proxy's error page beyond that adds nothing but
+/// memory, and the message quotes only its start anyway.
+pub const MAX_STATUS_BYTES: usize = 64 << 10;
 
 impl Default for KubeSourceOptions {
     fn default() -> Self {
@@ -51,6 +66,7 @@ impl Default for KubeSourceOptions {
             list_timeout: Duration::from_secs(60),
             watch_idle_grace: Duration::from_secs(30),
             max_line_bytes: wire::MAX_LINE_BYTES,
+            max_list_bytes: MAX_LIST_BYTES,
         }
     }
 }
@@ -62,8 +78,10 @@ impl Default for KubeSourceOptions {
 /// [`SourceError::Status`] with the server's `Status` (or one made from the HTTP code when the
 /// body is not a `Status`) and its `Retry-After`; a watch line that cannot be decoded ends the
 /// stream with [`SourceError::Decode`] (the Reflector re-watches from the last good version);
-/// a connection lost in the middle of a line is [`SourceError::Transport`]. Every error names
-/// the resource and the server.
+/// a connection lost in the middle of a line is [`SourceError::Transport`]. A list answer
+/// over `max_list_bytes`, or holding an object over `max_line_bytes`, is
+/// [`SourceError::Decode`] naming the bound; only the first [`MAX_STATUS_BYTES`] of an error
+/// answer are read. Every error names the resource and the server.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -180,13 +198,7 @@ impl KubeListerWatcher {
             .and_then(|v| v.to_str().ok())
             .and_then(wire::parse_retry_after)
             .filter(|_| code == StatusCode::TOO_MANY_REQUESTS || code.is_server_error());
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        let mut status = wire::decode_status(code.as_u16(), &body);
+        let mut status = status_of(code.as_u16(), response.into_body()).await;
         status.message = format!("{} ({})", status.message, self.describe());
         Err(SourceError::Status {
             status,
@@ -213,15 +225,36 @@ impl KubeListerWatcher {
             self.request(query)
         };
         let response = self.send(http_request).await?;
-        let body = response.into_body().collect().await.map_err(|e| {
-            SourceError::Transport(format!(
-                "{}: list answer cut short: {}",
+        let limit = self.options.max_list_bytes;
+        let body = match read_at_most(&mut response.into_body(), limit).await {
+            Ok(Read::Whole(bytes)) => bytes,
+            Ok(Read::Cut(_)) => {
+                return Err(SourceError::Decode(format!(
+                    "{}: the list answer is over {limit} bytes (max_list_bytes); ask for \
+                     smaller pages or narrow the informer with a namespace or selector",
+                    self.describe()
+                )));
+            }
+            Err(e) => {
+                return Err(SourceError::Transport(format!(
+                    "{}: list answer cut short: {}",
+                    self.describe(),
+                    error_chain(&e)
+                )));
+            }
+        };
+        let page = wire::decode_list(&self.resource, &body)
+            .map_err(|e| SourceError::Decode(format!("{}: {e}", self.describe())))?;
+        let max_object = self.options.max_line_bytes;
+        if let Some(position) = page.items.iter().position(|i| i.len() > max_object) {
+            return Err(SourceError::Decode(format!(
+                "{}: list item {position} is {} bytes, over the {max_object} bytes an object \
+                 may have (max_line_bytes); a watch could not deliver it either",
                 self.describe(),
-                error_chain(&e)
-            ))
-        })?;
-        wire::decode_list(&self.resource, &body.to_bytes())
-            .map_err(|e| SourceError::Decode(format!("{}: {e}", self.describe())))
+                page.items[position].len()
+            )));
+        }
+        Ok(page)
     }
 
     fn timeout_seconds(&self, requested: Option<Duration>) -> u64 {
@@ -264,6 +297,51 @@ impl KubeListerWatcher {
             idle,
             self.options.max_line_bytes,
         ))
+    }
+}
+
+/// A body read up to a bound.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Read {
+    /// All of it, within the bound.
+    Whole(Bytes),
+    /// Its first `limit` bytes; more followed, unread.
+    Cut(Bytes),
+}
+
+/// Reads `body` until its end or `limit` bytes, whichever comes first: the rest is never
+/// buffered.
+pub(crate) async fn read_at_most(body: &mut Body, limit: usize) -> Result<Read, kube::Error> {
+    let mut bytes = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        let room = limit - bytes.len();
+        if data.len() > room {
+            bytes.extend_from_slice(&data[..room]);
+            return Ok(Read::Cut(bytes.freeze()));
+        }
+        bytes.extend_from_slice(&data);
+    }
+    Ok(Read::Whole(bytes.freeze()))
+}
+
+/// The `Status` of an error answer with HTTP code `code`, from at most
+/// [`MAX_STATUS_BYTES`] of its body.
+async fn status_of(code: u16, mut body: Body) -> Status {
+    match read_at_most(&mut body, MAX_STATUS_BYTES).await {
+        Ok(Read::Whole(bytes)) => wire::decode_status(code, &bytes),
+        // A `Status` cut short is not JSON: it reads as an unknown answer quoting its start.
+        Ok(Read::Cut(start)) => {
+            let mut status = wire::decode_status(code, &start);
+            status.message = format!(
+                "{} (only the first {MAX_STATUS_BYTES} bytes of the answer were read)",
+                status.message
+            );
+            status
+        }
+        Err(_) => wire::decode_status(code, b""),
     }
 }
 
@@ -417,6 +495,41 @@ mod tests {
         assert_eq!(
             collection_path(&deploy, Some("a")),
             "/apis/apps/v1/namespaces/a/deployments"
+        );
+    }
+
+    #[tokio::test]
+    async fn bodies_are_read_up_to_the_bound_and_no_further() {
+        let mut small = Body::from(b"0123456789".to_vec());
+        assert_eq!(
+            read_at_most(&mut small, 10).await.unwrap(),
+            Read::Whole(Bytes::from_static(b"0123456789"))
+        );
+        let mut large = Body::from(b"0123456789A".to_vec());
+        assert_eq!(
+            read_at_most(&mut large, 10).await.unwrap(),
+            Read::Cut(Bytes::from_static(b"0123456789"))
+        );
+    }
+
+    #[tokio::test]
+    async fn an_error_answer_past_the_status_bound_is_cut_and_says_so() {
+        let page = format!("<html>{}</html>", "gateway ".repeat(MAX_STATUS_BYTES));
+        let status = status_of(502, Body::from(page.into_bytes())).await;
+        assert_eq!((status.code, status.reason.as_str()), (502, "Unknown"));
+        assert!(
+            status.message.contains("<html>gateway")
+                && status
+                    .message
+                    .contains(&format!("only the first {MAX_STATUS_BYTES} bytes")),
+            "{}",
+            status.message
+        );
+        let whole = br#"{"kind":"Status","code":409,"reason":"AlreadyExists","message":"taken"}"#;
+        let status = status_of(409, Body::from(whole.to_vec())).await;
+        assert_eq!(
+            (status.reason.as_str(), status.message.as_str()),
+            ("AlreadyExists", "taken")
         );
     }
 }

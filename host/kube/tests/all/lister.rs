@@ -270,3 +270,66 @@ async fn status_answers_keep_code_reason_and_retry_after() {
         .unwrap_err();
     assert!(error.is_gone(), "{error}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_answer_or_object_past_its_bound_is_an_error_naming_the_bound() {
+    let f = start(FakeOptions::default()).await;
+    let big = "x".repeat(4096);
+    for i in 0..4 {
+        f.server
+            .memory()
+            .create(&configmaps(), &cm("a", &format!("cm-{i}"), "t", &big))
+            .unwrap();
+    }
+    let whole = f
+        .lister(configmaps(), None, KubeSourceOptions::default())
+        .list(ListRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(whole.items.len(), 4);
+    let body_bound = 3 * 4096;
+    let small_pages = f.lister(
+        configmaps(),
+        None,
+        KubeSourceOptions {
+            max_list_bytes: body_bound,
+            ..KubeSourceOptions::default()
+        },
+    );
+    match small_pages.list(ListRequest::default()).await {
+        Err(SourceError::Decode(message)) => assert!(
+            message.contains(&format!("over {body_bound} bytes (max_list_bytes)"))
+                && message.contains("/api/v1/configmaps"),
+            "{message}"
+        ),
+        other => panic!("expected the list bound to be named, got {other:?}"),
+    }
+    // Within the bound once the pages are smaller.
+    let page = small_pages
+        .list(ListRequest {
+            limit: Some(2),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 2);
+
+    let object_bound = 4096;
+    let small_objects = f.lister(
+        configmaps(),
+        None,
+        KubeSourceOptions {
+            max_line_bytes: object_bound,
+            ..KubeSourceOptions::default()
+        },
+    );
+    match small_objects.list(ListRequest::default()).await {
+        Err(SourceError::Decode(message)) => assert!(
+            message.contains("list item 0")
+                && message.contains(&format!("over the {object_bound} bytes"))
+                && message.contains("/api/v1/configmaps"),
+            "{message}"
+        ),
+        other => panic!("expected the object bound to be named, got {other:?}"),
+    }
+}
