@@ -31,6 +31,11 @@ const RESCAN_EVERY: Duration = Duration::from_secs(30);
 /// How long to wait after a file-system event for the burst of writes to settle.
 const DEBOUNCE: Duration = Duration::from_millis(150);
 
+/// The largest manifest file read: 16 MiB. The biggest published CRD bundles are a few MiB,
+/// and a parsed YAML tree takes several times its text, so a larger file is a mistake (a log,
+/// an archive, a link to a device) that would cost far more memory than any cluster needs.
+pub const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+
 /// What went wrong with the directory or one of its manifests. None of these stops the
 /// cluster: the rest of the directory is still served.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +57,15 @@ pub enum LocalError {
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+    /// A manifest is not a regular file (a FIFO, a socket, a link to a device) or is over
+    /// [`MAX_MANIFEST_BYTES`]; the objects it had before stay as they were.
+    #[error("{path} is not read: {reason}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
     },
     /// A file is not valid YAML; the objects it had before stay as they were.
     #[error("{path} is not valid YAML ({reason}); its objects are left as they were")]
@@ -245,13 +259,10 @@ impl LocalCluster {
         // Read what changed; parse it into documents.
         let mut changed: Vec<(PathBuf, u64, Vec<serde_json::Value>)> = Vec::new();
         for path in &paths {
-            let bytes = match std::fs::read(path) {
+            let bytes = match read_manifest(path) {
                 Ok(bytes) => bytes,
-                Err(source) => {
-                    report.errors.push(LocalError::ReadFile {
-                        path: path.clone(),
-                        source,
-                    });
+                Err(error) => {
+                    report.errors.push(error);
                     continue;
                 }
             };
@@ -449,6 +460,43 @@ impl SourceProvider for LocalCluster {
             fields,
         )))
     }
+}
+
+/// The bytes of the manifest `path`, if it is a regular file of at most
+/// [`MAX_MANIFEST_BYTES`]. The bound is applied while reading too, as the file may grow or
+/// be replaced between the check and the read.
+fn read_manifest(path: &Path) -> Result<Vec<u8>, LocalError> {
+    use std::io::Read as _;
+    let unreadable = |reason: String| LocalError::Unreadable {
+        path: path.to_owned(),
+        reason,
+    };
+    let read_error = |source| LocalError::ReadFile {
+        path: path.to_owned(),
+        source,
+    };
+    // Checked before opening: opening a FIFO would wait for a writer.
+    if !std::fs::metadata(path).map_err(read_error)?.is_file() {
+        return Err(unreadable("it is not a regular file".to_owned()));
+    }
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    let metadata = file.metadata().map_err(read_error)?;
+    let too_large = |size: u64| {
+        unreadable(format!(
+            "it is {size} bytes, more than the {MAX_MANIFEST_BYTES} a manifest file may have"
+        ))
+    };
+    if metadata.len() > MAX_MANIFEST_BYTES {
+        return Err(too_large(metadata.len()));
+    }
+    let mut bytes = Vec::with_capacity(metadata.len() as usize);
+    file.take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
 }
 
 /// Manifest files under `dir`, recursively; hidden entries and other extensions are skipped.
@@ -658,6 +706,41 @@ metadata:
             .unwrap_err()
             .to_string();
         assert!(missing.contains("missing.yaml"), "{missing}");
+    }
+
+    #[test]
+    fn oversized_manifests_and_links_to_devices_are_refused_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "apps.yaml", TWO_DEPLOYMENTS);
+        let (cluster, report) = LocalCluster::open(dir.path()).unwrap();
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        // Sparse: over the bound without writing it.
+        let huge = std::fs::File::create(dir.path().join("huge.yaml")).unwrap();
+        huge.set_len(MAX_MANIFEST_BYTES + 1).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero.yaml")).unwrap();
+        let report = cluster.rescan();
+        let mut messages: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
+        messages.sort();
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert!(
+            messages[0].contains("huge.yaml")
+                && messages[0].contains(&format!(
+                    "{} bytes, more than the {MAX_MANIFEST_BYTES}",
+                    MAX_MANIFEST_BYTES + 1
+                )),
+            "{}",
+            messages[0]
+        );
+        assert!(
+            messages[1].contains("zero.yaml") && messages[1].contains("not a regular file"),
+            "{}",
+            messages[1]
+        );
+        assert_eq!(
+            keys(&cluster, &deployments()).len(),
+            2,
+            "the good file is still served"
+        );
     }
 
     #[test]

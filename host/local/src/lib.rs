@@ -19,5 +19,5 @@
 mod cluster;
 mod kinds;
 
-pub use cluster::{LocalCluster, LocalError, ScanReport, scope_namespace};
+pub use cluster::{LocalCluster, LocalError, MAX_MANIFEST_BYTES, ScanReport, scope_namespace};
 pub use kinds::KindRegistry;
