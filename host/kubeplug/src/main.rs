@@ -3,7 +3,6 @@
 
 mod check;
 mod cli;
-mod config;
 mod http;
 mod kube_writer;
 mod metrics;
@@ -15,6 +14,8 @@ mod run;
 mod writer;
 
 use std::process::ExitCode;
+
+use kubeplug_config as config;
 
 use clap::Parser;
 use tracing_subscriber::Layer as _;

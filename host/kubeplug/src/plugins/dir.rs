@@ -18,6 +18,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+/// The largest plugin file read: 128 MiB. The largest plugins, Python ones with their
+/// interpreter inside, are about 20 MB; a file several times that size is not a plugin, and
+/// would be read whole into memory (and compiled) before anything could tell.
+const MAX_PLUGIN_FILE_BYTES: u64 = 128 << 20;
+
 /// How the directory is watched.
 #[derive(Debug, Clone)]
 pub(crate) struct DirConfig {
@@ -26,7 +31,7 @@ pub(crate) struct DirConfig {
     /// Rescan this often even without file-system events: notify misses events on some
     /// volumes (NFS, some FUSE mounts).
     pub(crate) rescan_every: Duration,
-    /// Larger files are rejected unread.
+    /// Larger files are rejected unread; default [`MAX_PLUGIN_FILE_BYTES`].
     pub(crate) max_file_size: u64,
 }
 
@@ -35,7 +40,7 @@ impl Default for DirConfig {
         Self {
             settle: Duration::from_millis(200),
             rescan_every: Duration::from_secs(10),
-            max_file_size: 128 << 20,
+            max_file_size: MAX_PLUGIN_FILE_BYTES,
         }
     }
 }
@@ -364,8 +369,17 @@ fn reject(tracked: &mut Tracked, path: &Path, error: String, changes: &mut Vec<C
 }
 
 /// Reads `path` if it still has `stat` before and after: `None` when it moved meanwhile.
+/// The open file is checked against `stat` before a byte is read, and no more than
+/// `stat.len` bytes are read: a file swapped since [`PluginDir::resolve`] for a link to a
+/// device or to a larger file is never read past what was checked.
 fn read_stable(path: &Path, stat: Stat) -> std::io::Result<Option<Vec<u8>>> {
-    let bytes = std::fs::read(path)?;
+    use std::io::Read as _;
+    let file = std::fs::File::open(path)?;
+    if Stat::of(&file.metadata()?) != stat {
+        return Ok(None);
+    }
+    let mut bytes = Vec::with_capacity(stat.len as usize);
+    file.take(stat.len + 1).read_to_end(&mut bytes)?;
     let after = Stat::of(&std::fs::metadata(path)?);
     Ok((after == stat && bytes.len() as u64 == stat.len).then_some(bytes))
 }
@@ -639,6 +653,92 @@ mod tests {
         assert_eq!(found[4].0, "outside.wasm");
         assert!(found[4].1.contains("symlink to"), "{}", found[4].1);
         assert!(found[4].1.contains("outside the plugins directory"));
+    }
+
+    /// A plugin file replaced by a link leaving the directory (to `/etc/shadow`), by a link
+    /// to a device, or by a link to a socket inside it is rejected each time, never removed
+    /// (so the version serving stays) and never read; a regular file again is loaded again.
+    #[test]
+    fn a_plugin_swapped_for_a_link_to_a_secret_or_a_device_is_rejected_not_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.wasm");
+        let old = Duration::from_secs(5);
+        write_aged(&path, b"\0asm v1", old);
+        let mut plugins = scanner(dir.path());
+        let scan = plugins.scan(Hints::default(), Instant::now()).unwrap();
+        assert_eq!(names(&scan.changes), ["present p.wasm"]);
+        let _socket = std::os::unix::net::UnixListener::bind(dir.path().join("sock")).unwrap();
+        for (target, expected) in [
+            (
+                "/etc/shadow",
+                "symlink to /etc/shadow, outside the plugins directory",
+            ),
+            (
+                "/dev/zero",
+                "symlink to /dev/zero, outside the plugins directory",
+            ),
+            ("sock", "not a regular file"),
+        ] {
+            let swap = dir.path().join(".swap");
+            symlink(target, &swap).unwrap();
+            std::fs::rename(&swap, &path).unwrap();
+            let scan = plugins.scan(renamed(&path), Instant::now()).unwrap();
+            match &scan.changes[..] {
+                [
+                    Change::Rejected {
+                        path: rejected,
+                        error,
+                    },
+                ] => {
+                    assert_eq!(rejected, &path);
+                    assert!(error.contains(expected), "{target}: {error}");
+                }
+                other => panic!("{target}: expected a rejection, got {:?}", names(other)),
+            }
+        }
+        write_aged(&dir.path().join(".swap"), b"\0asm v1", old);
+        std::fs::rename(dir.path().join(".swap"), &path).unwrap();
+        let scan = plugins.scan(renamed(&path), Instant::now()).unwrap();
+        assert_eq!(names(&scan.changes), ["present p.wasm"]);
+    }
+
+    /// The race `resolve` cannot see: the file is swapped for a link to an endless device
+    /// after it was checked. The read notices before reading anything.
+    #[test]
+    fn a_file_swapped_after_its_check_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.wasm");
+        std::fs::write(&path, b"\0asm v1").unwrap();
+        let checked = Stat::of(&std::fs::metadata(&path).unwrap());
+        std::fs::remove_file(&path).unwrap();
+        symlink("/dev/zero", &path).unwrap();
+        assert_eq!(read_stable(&path, checked).unwrap(), None);
+    }
+
+    #[test]
+    fn a_file_over_the_default_size_cap_is_rejected_unread_naming_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let cap = DirConfig::default().max_file_size;
+        // Sparse: over the cap without writing it.
+        let huge = std::fs::File::create(dir.path().join("huge.wasm")).unwrap();
+        huge.set_len(cap + 1).unwrap();
+        huge.set_modified(SystemTime::now() - Duration::from_secs(5))
+            .unwrap();
+        let mut plugins = PluginDir::new(dir.path(), DirConfig::default()).unwrap();
+        let scan = plugins.scan(Hints::default(), Instant::now()).unwrap();
+        match &scan.changes[..] {
+            [Change::Rejected { path, error }] => {
+                assert_eq!(path, &dir.path().join("huge.wasm"));
+                assert_eq!(
+                    error,
+                    &format!(
+                        "it is {} bytes, more than the {cap} allowed for a plugin file",
+                        cap + 1
+                    )
+                );
+            }
+            other => panic!("expected a rejection, got {:?}", names(other)),
+        }
     }
 
     /// The kubelet's atomic writer: files live in a timestamped directory, `..data` links to

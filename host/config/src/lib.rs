@@ -1,4 +1,6 @@
-//! The configuration file: host settings, plugin defaults, and per-plugin settings and grants.
+//! kubeplug's configuration file: host settings, plugin defaults, and per-plugin settings
+//! and grants. Its own crate, apart from the binary, so that the fuzz checks can parse it
+//! without the binary's dependencies.
 //!
 //! ```toml
 //! [host]
@@ -29,7 +31,7 @@ use serde::Deserialize;
 
 /// Why the configuration could not be used.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ConfigError {
+pub enum ConfigError {
     /// The file could not be read.
     #[error("cannot read the configuration file {path}: {source}")]
     Unreadable {
@@ -52,38 +54,38 @@ pub(crate) enum ConfigError {
 /// The whole file. Every section is optional.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct Config {
+pub struct Config {
     /// Host settings; flags override them.
     #[serde(default)]
-    pub(crate) host: HostConfig,
+    pub host: HostConfig,
     /// Limits every plugin gets unless its own section says otherwise.
     #[serde(default)]
-    pub(crate) defaults: PluginDefaults,
+    pub defaults: PluginDefaults,
     /// Per plugin, by the name its `describe()` returns.
     #[serde(default)]
-    pub(crate) plugins: BTreeMap<String, PluginConfig>,
+    pub plugins: BTreeMap<String, PluginConfig>,
 }
 
 /// `[host]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct HostConfig {
+pub struct HostConfig {
     /// Address of the HTTP server.
-    pub(crate) http: Option<SocketAddr>,
+    pub http: Option<SocketAddr>,
     /// Watch only this namespace.
-    pub(crate) namespace: Option<String>,
+    pub namespace: Option<String>,
 }
 
 /// `[defaults]`: the sandbox limits of a plugin; keys left out keep their defaults.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub(crate) struct PluginDefaults {
+pub struct PluginDefaults {
     /// Linear memory cap per instance.
-    pub(crate) memory_limit_mib: u32,
+    pub memory_limit_mib: u32,
     /// Deadline of one call into a plugin.
-    pub(crate) call_deadline_ms: u64,
+    pub call_deadline_ms: u64,
     /// Notifications handed over per call in events mode.
-    pub(crate) batch_size: u32,
+    pub batch_size: u32,
 }
 
 impl Default for PluginDefaults {
@@ -99,30 +101,30 @@ impl Default for PluginDefaults {
 /// `[plugins.NAME]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct PluginConfig {
+pub struct PluginConfig {
     /// The settings document handed to the plugin at load, as JSON.
     #[serde(default)]
-    pub(crate) settings: Option<toml::Table>,
+    pub settings: Option<toml::Table>,
     /// What the plugin may read beyond its subscriptions, and write.
     #[serde(default)]
-    pub(crate) grants: Grants,
+    pub grants: Grants,
 }
 
 /// Grants, with resource types written `apiVersion/Kind` (`v1/Secret`, `apps/v1/Deployment`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct Grants {
+pub struct Grants {
     /// Types the plugin may read beyond its subscriptions.
     #[serde(default)]
-    pub(crate) read: Vec<String>,
+    pub read: Vec<String>,
     /// Writes per type: `apply`, `patch`, `patch-status`, `create`, `delete`, `record-event`.
     #[serde(default)]
-    pub(crate) write: BTreeMap<String, Vec<WriteVerb>>,
+    pub write: BTreeMap<String, Vec<WriteVerb>>,
 }
 
 impl Grants {
     /// The runtime's form; an error names the type that does not parse.
-    pub(crate) fn to_runtime(&self) -> Result<kubeplug_runtime::Grants, String> {
+    pub fn to_runtime(&self) -> Result<kubeplug_runtime::Grants, String> {
         let mut grants = kubeplug_runtime::Grants::default();
         for resource in &self.read {
             grants = grants.allow_read(parse_type(resource)?);
@@ -138,7 +140,7 @@ impl Grants {
 }
 
 /// `v1/Secret` or `apps/v1/Deployment`.
-pub(crate) fn parse_type(text: &str) -> Result<Gvk, String> {
+pub fn parse_type(text: &str) -> Result<Gvk, String> {
     let parts: Vec<&str> = text.split('/').collect();
     match parts.as_slice() {
         [version, kind] if !version.is_empty() && !kind.is_empty() => {
@@ -155,7 +157,7 @@ pub(crate) fn parse_type(text: &str) -> Result<Gvk, String> {
 
 impl Config {
     /// Reads `path`, or the defaults when there is none.
-    pub(crate) fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
         let Some(path) = path else {
             return Ok(Self::default());
         };
@@ -163,10 +165,45 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Invalid {
+        Self::parse(&text).map_err(|message| ConfigError::Invalid {
             path: path.to_owned(),
-            message: e.to_string(),
+            message,
         })
+    }
+
+    /// Parses the text of a configuration file and checks its `[defaults]`; the error says
+    /// what is wrong where (the TOML parser's line and column, or the key).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let config: Self = toml::from_str(text).map_err(|e| e.to_string())?;
+        config.defaults.check()?;
+        Ok(config)
+    }
+}
+
+impl PluginDefaults {
+    /// The largest memory limit: a 32-bit linear memory holds at most 4 GiB.
+    pub const MAX_MEMORY_LIMIT_MIB: u32 = 4096;
+
+    /// Refuses limits no plugin could run under: zero memory, a zero deadline, empty
+    /// batches, or more memory than a plugin can address.
+    fn check(&self) -> Result<(), String> {
+        for (key, value) in [
+            ("memory_limit_mib", u64::from(self.memory_limit_mib)),
+            ("call_deadline_ms", self.call_deadline_ms),
+            ("batch_size", u64::from(self.batch_size)),
+        ] {
+            if value == 0 {
+                return Err(format!("[defaults] {key} is 0; it must be at least 1"));
+            }
+        }
+        if self.memory_limit_mib > Self::MAX_MEMORY_LIMIT_MIB {
+            return Err(format!(
+                "[defaults] memory_limit_mib is {}; at most {} (a plugin addresses 4 GiB)",
+                self.memory_limit_mib,
+                Self::MAX_MEMORY_LIMIT_MIB
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -176,7 +213,7 @@ mod tests {
 
     #[test]
     fn the_documented_example_parses() {
-        let example: String = include_str!("config.rs")
+        let example: String = include_str!("lib.rs")
             .lines()
             .skip_while(|l| !l.starts_with("//! ```toml"))
             .skip(1)
@@ -212,6 +249,23 @@ mod tests {
         assert_eq!(config.defaults.call_deadline_ms, 300);
         assert_eq!(config.defaults.memory_limit_mib, 64);
         assert_eq!(config.defaults.batch_size, 64);
+    }
+
+    #[test]
+    fn defaults_no_plugin_could_run_under_are_refused_naming_the_key() {
+        for (text, expected) in [
+            ("memory_limit_mib = 0", "[defaults] memory_limit_mib is 0"),
+            ("call_deadline_ms = 0", "[defaults] call_deadline_ms is 0"),
+            ("batch_size = 0", "[defaults] batch_size is 0"),
+            (
+                "memory_limit_mib = 4097",
+                "[defaults] memory_limit_mib is 4097; at most 4096",
+            ),
+        ] {
+            let error = Config::parse(&format!("[defaults]\n{text}\n")).unwrap_err();
+            assert!(error.starts_with(expected), "{text}: {error}");
+        }
+        assert!(Config::parse("[defaults]\nmemory_limit_mib = 4096\n").is_ok());
     }
 
     #[test]
