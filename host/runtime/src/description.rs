@@ -12,8 +12,11 @@ use crate::index::IndexPath;
 /// A plugin's self-description, validated.
 ///
 /// Contract: `name` is a DNS label (lowercase letters, digits, `-`, at most 63 bytes);
-/// there is at least one subscription; every selector parses; every index names a resource
-/// the plugin subscribes to or reads, and its path parses; index names are unique.
+/// there is at least one subscription and at most [`MAX_SUBSCRIPTIONS`]; at most
+/// [`MAX_INDEXES`] indexes and [`MAX_RESOURCES`] reads and writes; no string is over
+/// [`MAX_TEXT`] bytes; every selector parses; every index names a resource the plugin
+/// subscribes to or reads, and its path parses; index names are unique and none is
+/// `namespace`; a reconcile plugin has at least one worker.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Description {
     /// The plugin's name.
@@ -177,23 +180,105 @@ impl std::fmt::Display for WriteVerb {
     }
 }
 
-/// Why a description was refused.
+/// The most subscriptions a plugin may declare: 32. Each one is an informer handler (and
+/// often an informer of its own, with a watch on the API server); the example plugins use
+/// one to three.
+pub const MAX_SUBSCRIPTIONS: usize = 32;
+
+/// The most custom indexes a plugin may declare: 32. Every index is evaluated on every
+/// change of its resource, for every plugin's sake, on the informer's own task.
+pub const MAX_INDEXES: usize = 32;
+
+/// The most resource types a plugin may list in `reads`, and in `writes`: 64 each, more
+/// than the built-in types a controller could reasonably touch.
+pub const MAX_RESOURCES: usize = 64;
+
+/// The longest string in a description (name parts, namespaces, selectors, index names and
+/// specs, the version text): 4096 bytes, the bound on a host-call argument, so that whatever
+/// a plugin declares it can also pass to the cache.
+pub const MAX_TEXT: usize = 4096;
+
+/// What `describe()` returned, in host types and not yet checked. The runtime converts the
+/// guest's answer into it; tests and fuzzing build it directly. [`Description::check`]
+/// turns it into a [`Description`] or names the field that is wrong.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawDescription {
+    /// `name`.
+    pub name: String,
+    /// `version`.
+    pub version: String,
+    /// `subscriptions`, as sent (empty namespaces and selectors not yet dropped).
+    pub subscriptions: Vec<SubscriptionSpec>,
+    /// `delivery`; `Reconcile { workers: 0 }` means one worker.
+    pub delivery: Delivery,
+    /// `indexes`.
+    pub indexes: Vec<RawIndex>,
+    /// `reads`.
+    pub reads: Vec<Gvk>,
+    /// `writes`, verbs as sent (duplicates allowed).
+    pub writes: Vec<(Gvk, Vec<WriteVerb>)>,
+}
+
+/// An `index-decl` as sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawIndex {
+    /// `name`.
+    pub name: String,
+    /// `resource-type`.
+    pub resource: Gvk,
+    /// `spec`.
+    pub spec: RawIndexSpec,
+}
+
+/// An `index-spec` as sent: a path is still text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawIndexSpec {
+    /// `label(key)`.
+    Label(String),
+    /// `owner-uid`.
+    OwnerUid,
+    /// `path(text)`.
+    Path(String),
+}
+
+/// Why a description was refused. Every message starts with the field concerned, as the
+/// WIT record names it (`subscriptions[2].label-selector`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DescriptionError {
     /// The name is not a DNS label.
-    #[error("name {0:?} is not a DNS label (lowercase letters, digits, '-', at most 63 bytes)")]
+    #[error("name: {0:?} is not a DNS label (lowercase letters, digits, '-', at most 63 bytes)")]
     InvalidName(String),
     /// No subscription.
-    #[error("describe() returned no subscription")]
+    #[error("subscriptions: describe() returned none; a plugin watches at least one type")]
     NoSubscription,
+    /// A list has more entries than its bound.
+    #[error("{field}: {count} entries; at most {limit}")]
+    TooMany {
+        /// The list: `subscriptions`, `indexes`, `reads` or `writes`.
+        field: &'static str,
+        /// How many it has.
+        count: usize,
+        /// Its bound.
+        limit: usize,
+    },
+    /// A string is longer than [`MAX_TEXT`].
+    #[error("{field}: {length} bytes; at most {limit}")]
+    TooLong {
+        /// Where it is, e.g. `subscriptions[0].resource-type.kind`.
+        field: String,
+        /// Its length.
+        length: usize,
+        /// The bound.
+        limit: usize,
+    },
     /// A selector did not parse.
-    #[error("subscription {index} ({resource}): {what} {text:?} does not parse: {reason}")]
+    #[error("subscriptions[{index}].{what} ({resource}): {text:?} does not parse: {reason}")]
     InvalidSelector {
         /// Subscription index.
         index: usize,
         /// Its resource (`group/version/Kind`).
         resource: String,
-        /// `label selector` or `field selector`.
+        /// `label-selector` or `field-selector`.
         what: &'static str,
         /// The text.
         text: String,
@@ -202,20 +287,29 @@ pub enum DescriptionError {
     },
     /// An index is on a resource the plugin neither subscribes to nor reads.
     #[error(
-        "index {name:?} is on {resource}, which the plugin neither subscribes to nor lists in reads"
+        "indexes[{index}] ({name:?}): on {resource}, which the plugin neither subscribes to nor lists in reads"
     )]
     IndexOnUnknownResource {
+        /// Its position.
+        index: usize,
         /// Index name.
         name: String,
         /// Its resource.
         resource: Gvk,
     },
     /// Two indexes share a name (or one is called `namespace`).
-    #[error("index name {0:?} is used twice (or is the built-in `namespace`)")]
-    DuplicateIndex(String),
+    #[error("indexes[{index}]: name {name:?} is used twice (or is the built-in `namespace`)")]
+    DuplicateIndex {
+        /// Its position.
+        index: usize,
+        /// The name.
+        name: String,
+    },
     /// An index path did not parse.
-    #[error("index {name:?}: {reason}")]
+    #[error("indexes[{index}] ({name:?}): {reason}")]
     InvalidIndexPath {
+        /// Its position.
+        index: usize,
         /// Index name.
         name: String,
         /// The parser's complaint.
@@ -233,41 +327,78 @@ fn is_dns_label(name: &str) -> bool {
         && !name.ends_with('-')
 }
 
+fn check_count(field: &'static str, count: usize, limit: usize) -> Result<(), DescriptionError> {
+    if count > limit {
+        return Err(DescriptionError::TooMany {
+            field,
+            count,
+            limit,
+        });
+    }
+    Ok(())
+}
+
+/// `Err(TooLong)` naming `field()` (built only then) when `text` is over [`MAX_TEXT`].
+fn check_text(field: impl FnOnce() -> String, text: &str) -> Result<(), DescriptionError> {
+    if text.len() > MAX_TEXT {
+        return Err(DescriptionError::TooLong {
+            field: field(),
+            length: text.len(),
+            limit: MAX_TEXT,
+        });
+    }
+    Ok(())
+}
+
+fn check_gvk(field: &dyn Fn() -> String, gvk: &Gvk) -> Result<(), DescriptionError> {
+    check_text(|| format!("{}.group", field()), &gvk.group)?;
+    check_text(|| format!("{}.version", field()), &gvk.version)?;
+    check_text(|| format!("{}.kind", field()), &gvk.kind)
+}
+
+fn check_subscription(index: usize, s: &SubscriptionSpec) -> Result<(), DescriptionError> {
+    let at = |field: &str| format!("subscriptions[{index}].{field}");
+    check_gvk(&|| at("resource-type"), &s.resource)?;
+    if let KeyMapping::Owner(owner) = &s.enqueue {
+        check_gvk(&|| at("enqueue.owner"), owner)?;
+    }
+    for (field, text) in [
+        ("namespace", &s.namespace),
+        ("label-selector", &s.label_selector),
+        ("field-selector", &s.field_selector),
+    ] {
+        if let Some(text) = text {
+            check_text(|| at(field), text)?;
+        }
+    }
+    let invalid = |what, text: &str, reason: String| DescriptionError::InvalidSelector {
+        index,
+        resource: s.resource.to_string(),
+        what,
+        text: text.to_owned(),
+        reason,
+    };
+    if let Some(text) = &s.label_selector {
+        LabelSelector::parse(text).map_err(|e| invalid("label-selector", text, e.to_string()))?;
+    }
+    if let Some(text) = &s.field_selector {
+        FieldSelector::parse(text).map_err(|e| invalid("field-selector", text, e.to_string()))?;
+    }
+    Ok(())
+}
+
 impl Description {
     /// Converts and checks what a plugin's `describe()` returned.
     pub(crate) fn from_guest(raw: guest::Description) -> Result<Self, DescriptionError> {
-        if !is_dns_label(&raw.name) {
-            return Err(DescriptionError::InvalidName(raw.name));
-        }
-        if raw.subscriptions.is_empty() {
-            return Err(DescriptionError::NoSubscription);
-        }
-        let mut subscriptions = Vec::with_capacity(raw.subscriptions.len());
-        for (index, s) in raw.subscriptions.into_iter().enumerate() {
-            let resource = Gvk::from(s.resource_type);
-            if let Some(text) = &s.label_selector {
-                LabelSelector::parse(text).map_err(|e| DescriptionError::InvalidSelector {
-                    index,
-                    resource: resource.to_string(),
-                    what: "label selector",
-                    text: text.clone(),
-                    reason: e.to_string(),
-                })?;
-            }
-            if let Some(text) = &s.field_selector {
-                FieldSelector::parse(text).map_err(|e| DescriptionError::InvalidSelector {
-                    index,
-                    resource: resource.to_string(),
-                    what: "field selector",
-                    text: text.clone(),
-                    reason: e.to_string(),
-                })?;
-            }
-            subscriptions.push(SubscriptionSpec {
-                resource,
-                namespace: s.namespace.filter(|ns| !ns.is_empty()),
-                label_selector: s.label_selector.filter(|s| !s.is_empty()),
-                field_selector: s.field_selector.filter(|s| !s.is_empty()),
+        let gvk = Gvk::from;
+        let subscriptions = raw
+            .subscriptions
+            .into_iter()
+            .map(|s| SubscriptionSpec {
+                resource: gvk(s.resource_type),
+                namespace: s.namespace,
+                label_selector: s.label_selector,
+                field_selector: s.field_selector,
                 resync_period: s.resync_period_ms.map(Duration::from_millis),
                 meta_fields: s.meta_fields.into(),
                 wants_object_json: s.wants_object_json,
@@ -277,40 +408,21 @@ impl Description {
                     guest::KeyMapping::Owner(g) => KeyMapping::Owner(g.into()),
                     guest::KeyMapping::Computed => KeyMapping::Computed,
                 },
-            });
-        }
-        let reads: Vec<Gvk> = raw.reads.into_iter().map(Gvk::from).collect();
-        let mut names = BTreeSet::from(["namespace".to_owned()]);
-        let mut indexes = Vec::with_capacity(raw.indexes.len());
-        for decl in raw.indexes {
-            let resource = Gvk::from(decl.resource_type);
-            if !subscriptions.iter().any(|s| s.resource == resource) && !reads.contains(&resource) {
-                return Err(DescriptionError::IndexOnUnknownResource {
-                    name: decl.name,
-                    resource,
-                });
-            }
-            if !names.insert(decl.name.clone()) {
-                return Err(DescriptionError::DuplicateIndex(decl.name));
-            }
-            let spec = match decl.spec {
-                guest::IndexSpec::Label(key) => IndexSource::Label(key),
-                guest::IndexSpec::OwnerUid => IndexSource::OwnerUid,
-                guest::IndexSpec::Path(text) => {
-                    IndexSource::Path(IndexPath::parse(&text).map_err(|reason| {
-                        DescriptionError::InvalidIndexPath {
-                            name: decl.name.clone(),
-                            reason,
-                        }
-                    })?)
-                }
-            };
-            indexes.push(IndexDecl {
+            })
+            .collect();
+        let indexes = raw
+            .indexes
+            .into_iter()
+            .map(|decl| RawIndex {
                 name: decl.name,
-                resource,
-                spec,
-            });
-        }
+                resource: gvk(decl.resource_type),
+                spec: match decl.spec {
+                    guest::IndexSpec::Label(key) => RawIndexSpec::Label(key),
+                    guest::IndexSpec::OwnerUid => RawIndexSpec::OwnerUid,
+                    guest::IndexSpec::Path(text) => RawIndexSpec::Path(text),
+                },
+            })
+            .collect();
         let writes = raw
             .writes
             .into_iter()
@@ -327,22 +439,120 @@ impl Description {
                         guest::WriteVerb::RecordEvent => WriteVerb::RecordEvent,
                     })
                     .collect();
-                (Gvk::from(w.resource_type), verbs)
+                (gvk(w.resource_type), verbs)
             })
             .collect();
-        Ok(Self {
+        Self::check(RawDescription {
             name: raw.name,
             version: raw.version,
             subscriptions,
             delivery: match raw.delivery {
                 guest::Delivery::Events => Delivery::Events,
                 guest::Delivery::Reconcile(n) => Delivery::Reconcile {
-                    workers: n.max(1) as usize,
+                    workers: n as usize,
                 },
             },
             indexes,
-            reads,
+            reads: raw.reads.into_iter().map(gvk).collect(),
             writes,
+        })
+    }
+
+    /// Checks a raw description against the contract of [`Description`] and the bounds
+    /// ([`MAX_SUBSCRIPTIONS`], [`MAX_INDEXES`], [`MAX_RESOURCES`], [`MAX_TEXT`]); drops
+    /// empty namespaces and selectors and merges duplicate verbs. Counts are checked before
+    /// anything is looked at one by one.
+    pub fn check(raw: RawDescription) -> Result<Self, DescriptionError> {
+        if !is_dns_label(&raw.name) {
+            return Err(DescriptionError::InvalidName(raw.name));
+        }
+        check_text(|| "version".to_owned(), &raw.version)?;
+        if raw.subscriptions.is_empty() {
+            return Err(DescriptionError::NoSubscription);
+        }
+        check_count("subscriptions", raw.subscriptions.len(), MAX_SUBSCRIPTIONS)?;
+        check_count("indexes", raw.indexes.len(), MAX_INDEXES)?;
+        check_count("reads", raw.reads.len(), MAX_RESOURCES)?;
+        check_count("writes", raw.writes.len(), MAX_RESOURCES)?;
+        for (index, s) in raw.subscriptions.iter().enumerate() {
+            check_subscription(index, s)?;
+        }
+        for (index, read) in raw.reads.iter().enumerate() {
+            check_gvk(&|| format!("reads[{index}]"), read)?;
+        }
+        for (index, (resource, _)) in raw.writes.iter().enumerate() {
+            check_gvk(&|| format!("writes[{index}].resource-type"), resource)?;
+        }
+        let subscriptions: Vec<SubscriptionSpec> = raw
+            .subscriptions
+            .into_iter()
+            .map(|s| SubscriptionSpec {
+                namespace: s.namespace.filter(|ns| !ns.is_empty()),
+                label_selector: s.label_selector.filter(|s| !s.is_empty()),
+                field_selector: s.field_selector.filter(|s| !s.is_empty()),
+                ..s
+            })
+            .collect();
+        let mut names = BTreeSet::from(["namespace".to_owned()]);
+        let mut indexes = Vec::with_capacity(raw.indexes.len());
+        for (index, decl) in raw.indexes.into_iter().enumerate() {
+            let at = |field: &str| format!("indexes[{index}].{field}");
+            check_text(|| at("name"), &decl.name)?;
+            check_gvk(&|| at("resource-type"), &decl.resource)?;
+            if let RawIndexSpec::Label(text) | RawIndexSpec::Path(text) = &decl.spec {
+                check_text(|| at("spec"), text)?;
+            }
+            if !subscriptions.iter().any(|s| s.resource == decl.resource)
+                && !raw.reads.contains(&decl.resource)
+            {
+                return Err(DescriptionError::IndexOnUnknownResource {
+                    index,
+                    name: decl.name,
+                    resource: decl.resource,
+                });
+            }
+            if !names.insert(decl.name.clone()) {
+                return Err(DescriptionError::DuplicateIndex {
+                    index,
+                    name: decl.name,
+                });
+            }
+            let spec = match decl.spec {
+                RawIndexSpec::Label(key) => IndexSource::Label(key),
+                RawIndexSpec::OwnerUid => IndexSource::OwnerUid,
+                RawIndexSpec::Path(text) => {
+                    IndexSource::Path(IndexPath::parse(&text).map_err(|reason| {
+                        DescriptionError::InvalidIndexPath {
+                            index,
+                            name: decl.name.clone(),
+                            reason,
+                        }
+                    })?)
+                }
+            };
+            indexes.push(IndexDecl {
+                name: decl.name,
+                resource: decl.resource,
+                spec,
+            });
+        }
+        Ok(Self {
+            name: raw.name,
+            version: raw.version,
+            subscriptions,
+            delivery: match raw.delivery {
+                Delivery::Events => Delivery::Events,
+                Delivery::Reconcile { workers } => Delivery::Reconcile {
+                    workers: workers.max(1),
+                },
+            },
+            indexes,
+            reads: raw.reads,
+            writes: raw
+                .writes
+                .into_iter()
+                .map(|(resource, verbs)| (resource, verbs.into_iter().collect()))
+                .collect(),
         })
     }
 
@@ -364,5 +574,144 @@ mod tests {
         assert!(!is_dns_label("-a"));
         assert!(!is_dns_label(""));
         assert!(!is_dns_label(&"a".repeat(64)));
+    }
+
+    fn pods() -> Gvk {
+        Gvk::new("", "v1", "Pod")
+    }
+
+    fn subscription(resource: Gvk) -> SubscriptionSpec {
+        SubscriptionSpec {
+            resource,
+            namespace: None,
+            label_selector: None,
+            field_selector: None,
+            resync_period: None,
+            wants_object_json: false,
+            wants_old_json: false,
+            enqueue: KeyMapping::OwnKey,
+        }
+    }
+
+    fn raw() -> RawDescription {
+        RawDescription {
+            name: "probe".to_owned(),
+            version: "1".to_owned(),
+            subscriptions: vec![subscription(pods())],
+            delivery: Delivery::Reconcile { workers: 0 },
+            indexes: Vec::new(),
+            reads: Vec::new(),
+            writes: vec![(pods(), vec![WriteVerb::Patch, WriteVerb::Patch])],
+        }
+    }
+
+    fn index(name: &str, spec: RawIndexSpec) -> RawIndex {
+        RawIndex {
+            name: name.to_owned(),
+            resource: pods(),
+            spec,
+        }
+    }
+
+    fn refusal(raw: RawDescription) -> String {
+        Description::check(raw).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_valid_description_is_normalised() {
+        let mut raw = raw();
+        raw.subscriptions[0].namespace = Some(String::new());
+        raw.subscriptions[0].label_selector = Some(String::new());
+        let checked = Description::check(raw).unwrap();
+        assert_eq!(checked.delivery, Delivery::Reconcile { workers: 1 });
+        assert_eq!(checked.subscriptions[0].namespace, None);
+        assert_eq!(checked.subscriptions[0].label_selector, None);
+        assert_eq!(checked.writes[0].1, BTreeSet::from([WriteVerb::Patch]));
+    }
+
+    #[test]
+    fn lists_past_their_bounds_are_refused_naming_the_field_and_bound() {
+        let mut many = raw();
+        many.subscriptions = vec![subscription(pods()); MAX_SUBSCRIPTIONS + 1];
+        assert_eq!(
+            refusal(many),
+            format!(
+                "subscriptions: {} entries; at most {MAX_SUBSCRIPTIONS}",
+                MAX_SUBSCRIPTIONS + 1
+            )
+        );
+        let mut many = raw();
+        many.indexes = (0..=MAX_INDEXES)
+            .map(|i| index(&format!("i{i}"), RawIndexSpec::OwnerUid))
+            .collect();
+        assert_eq!(
+            refusal(many),
+            format!(
+                "indexes: {} entries; at most {MAX_INDEXES}",
+                MAX_INDEXES + 1
+            )
+        );
+        let mut many = raw();
+        many.reads = vec![pods(); MAX_RESOURCES + 1];
+        assert!(refusal(many).starts_with("reads: 65 entries; at most 64"));
+        let mut many = raw();
+        many.writes = vec![(pods(), Vec::new()); MAX_RESOURCES + 1];
+        assert!(refusal(many).starts_with("writes: 65 entries; at most 64"));
+        let mut fits = raw();
+        fits.subscriptions = vec![subscription(pods()); MAX_SUBSCRIPTIONS];
+        assert!(Description::check(fits).is_ok());
+    }
+
+    #[test]
+    fn strings_past_the_bound_are_refused_naming_where_they_are() {
+        let long = "a".repeat(MAX_TEXT + 1);
+        let too_long = |field: &str| format!("{field}: {} bytes; at most {MAX_TEXT}", MAX_TEXT + 1);
+        let mut r = raw();
+        r.version = long.clone();
+        assert_eq!(refusal(r), too_long("version"));
+        let mut r = raw();
+        r.subscriptions.push(subscription(pods()));
+        r.subscriptions[1].label_selector = Some(long.clone());
+        assert_eq!(refusal(r), too_long("subscriptions[1].label-selector"));
+        let mut r = raw();
+        r.subscriptions[0].enqueue = KeyMapping::Owner(Gvk::new("apps", "v1", &long));
+        assert_eq!(refusal(r), too_long("subscriptions[0].enqueue.owner.kind"));
+        let mut r = raw();
+        r.reads = vec![pods(), Gvk::new(&long, "v1", "X")];
+        assert_eq!(refusal(r), too_long("reads[1].group"));
+        let mut r = raw();
+        r.indexes = vec![index("by-path", RawIndexSpec::Path(long.clone()))];
+        assert_eq!(refusal(r), too_long("indexes[0].spec"));
+        let mut r = raw();
+        r.writes[0].0.version = long;
+        assert_eq!(refusal(r), too_long("writes[0].resource-type.version"));
+    }
+
+    #[test]
+    fn other_refusals_name_the_field() {
+        let mut r = raw();
+        r.name = "Not A Label".to_owned();
+        assert!(refusal(r).starts_with("name: "));
+        let mut r = raw();
+        r.subscriptions.clear();
+        assert!(refusal(r).starts_with("subscriptions: "));
+        let mut r = raw();
+        r.subscriptions[0].field_selector = Some("metadata.name".to_owned());
+        assert!(refusal(r).starts_with("subscriptions[0].field-selector (v1/Pod): "));
+        let mut r = raw();
+        r.indexes = vec![
+            index("a", RawIndexSpec::OwnerUid),
+            index("a", RawIndexSpec::Label("app".to_owned())),
+        ];
+        assert!(refusal(r).starts_with("indexes[1]: name \"a\" is used twice"));
+        let mut r = raw();
+        r.indexes = vec![index("p", RawIndexSpec::Path("spec..x".to_owned()))];
+        assert!(refusal(r).starts_with("indexes[0] (\"p\"): path"));
+        let mut r = raw();
+        r.indexes = vec![RawIndex {
+            resource: Gvk::new("", "v1", "Secret"),
+            ..index("s", RawIndexSpec::OwnerUid)
+        }];
+        assert!(refusal(r).starts_with("indexes[0] (\"s\"): on v1/Secret"));
     }
 }

@@ -37,6 +37,7 @@ pub use driver::{DriverControl, DriverError};
 pub use engine::{Allocator, CompileSource, EngineError, Live, Runtime, RuntimeConfig};
 pub use grants::Grants;
 pub use gvk::Gvk;
+pub use host::{HostCallError, HostCalls};
 pub use plugin::{CallError, LoadError, Plugin, PluginInstance, PluginLimits, PluginSpec};
 pub use status::{PluginMetrics, PluginStats, PluginStatus, RunState};
 pub use view::{CacheView, ClusterWriter, IndexerMap, NoCluster, ObjectRef, Write, WriteError};

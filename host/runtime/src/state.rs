@@ -39,9 +39,13 @@ pub(crate) struct HostContext {
     pub(crate) log_budget: Arc<Mutex<LogBudget>>,
 }
 
-/// A token bucket for log records: `RATE` per second, bursts of `BURST`.
+/// A token bucket for one plugin's log records (`log` calls and stdout/stderr lines
+/// together): [`RATE`](Self::RATE) per second, bursts of [`BURST`](Self::BURST). A record
+/// over the budget is dropped and counted; the next record that gets through carries the
+/// count (`dropped`).
 #[derive(Debug)]
 pub(crate) struct LogBudget {
+    /// Invariant: between 0 and `BURST`.
     tokens: f64,
     last: Instant,
     /// Records dropped since the last one that got through.
@@ -49,20 +53,33 @@ pub(crate) struct LogBudget {
 }
 
 impl LogBudget {
+    /// 100 records per second per plugin: a busy plugin logging a line per event at the
+    /// informer's usual rates, while a loop printing as fast as it can cannot flood the
+    /// host's log (or its log shipping) for everyone else.
     const RATE: f64 = 100.0;
+    /// Bursts of 200: what a plugin prints at start or while handling one full batch.
     const BURST: f64 = 200.0;
 
     pub(crate) fn new() -> Self {
+        Self::starting_at(Instant::now())
+    }
+
+    /// A full budget at `now`.
+    fn starting_at(now: Instant) -> Self {
         Self {
             tokens: Self::BURST,
-            last: Instant::now(),
+            last: now,
             dropped: 0,
         }
     }
 
     /// Takes a token: `Some(dropped before this one)` if the record may be logged.
     pub(crate) fn take(&mut self) -> Option<u64> {
-        let now = Instant::now();
+        self.take_at(Instant::now())
+    }
+
+    /// [`take`](Self::take) at `now` (not before the previous call's `now`).
+    fn take_at(&mut self, now: Instant) -> Option<u64> {
         let refill = now.duration_since(self.last).as_secs_f64() * Self::RATE;
         self.tokens = (self.tokens + refill).min(Self::BURST);
         self.last = now;
@@ -262,5 +279,36 @@ impl AsyncWrite for Capture {
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn the_log_budget_allows_a_burst_then_its_rate_and_counts_the_rest() {
+        let start = Instant::now();
+        let mut budget = LogBudget::starting_at(start);
+        let burst = LogBudget::BURST as usize;
+        let passed = (0..burst + 50)
+            .filter(|_| budget.take_at(start).is_some())
+            .count();
+        assert_eq!(passed, burst, "a full bucket lets a burst through, no more");
+        // 100 per second: 10 ms buys one record, which reports the 50 dropped before it.
+        let later = start + Duration::from_millis(10);
+        assert_eq!(budget.take_at(later), Some(50));
+        assert_eq!(budget.take_at(later), None);
+        // A second buys RATE records, and the bucket never holds more than BURST.
+        let second = later + Duration::from_secs(1);
+        let passed = (0..500)
+            .filter(|_| budget.take_at(second).is_some())
+            .count();
+        assert_eq!(passed, LogBudget::RATE as usize);
+        let idle = second + Duration::from_secs(3600);
+        let passed = (0..500).filter(|_| budget.take_at(idle).is_some()).count();
+        assert_eq!(passed, burst);
     }
 }

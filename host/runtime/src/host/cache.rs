@@ -6,7 +6,7 @@ use kubeplug_informer::indexer::{Indexer, NAMESPACE_INDEX};
 use kubeplug_informer::object::Object;
 use kubeplug_informer::selector::LabelSelector;
 
-use super::check_len;
+use super::{check_answer, check_len};
 use crate::bindings::kubeplug::plugin::cache::Host;
 use crate::bindings::wit::{CachedObject, Error, Gvk as WitGvk};
 use crate::convert::cached;
@@ -52,10 +52,16 @@ impl StoreState {
     }
 }
 
-fn objects(list: impl IntoIterator<Item = Arc<Object>>) -> Vec<CachedObject> {
+/// `list` sorted by key, as the guest gets them; `call` names the call if the answer is
+/// over the bound.
+fn objects(
+    call: &str,
+    list: impl IntoIterator<Item = Arc<Object>>,
+) -> Result<Vec<CachedObject>, Error> {
     let mut list: Vec<Arc<Object>> = list.into_iter().collect();
+    check_answer(call, list.iter().map(|o| o.json().len()))?;
     list.sort_by(|a, b| a.key().as_str().cmp(b.key().as_str()));
-    list.iter().map(|o| cached(o)).collect()
+    Ok(list.iter().map(|o| cached(o)).collect())
 }
 
 impl Host for StoreState {
@@ -91,7 +97,7 @@ impl Host for StoreState {
             if let Some(ns) = &namespace {
                 check_len("namespace", ns)?;
             }
-            let (_, indexer) = self.readable(resource_type)?;
+            let (resource, indexer) = self.readable(resource_type)?;
             let found = match namespace.as_deref().filter(|ns| !ns.is_empty()) {
                 Some(ns) => indexer.by_index(NAMESPACE_INDEX, ns).unwrap_or_else(|_| {
                     indexer
@@ -102,25 +108,32 @@ impl Host for StoreState {
                 }),
                 None => indexer.list(),
             };
-            Ok(objects(found.into_iter().filter(|o| {
-                selector.as_ref().is_none_or(|s| s.matches(&**o))
-            })))
+            let matching = found
+                .into_iter()
+                .filter(|o| selector.as_ref().is_none_or(|s| s.matches(&**o)));
+            objects(&format!("list of {resource}"), matching)
         })())
     }
 
     fn keys(&mut self, resource_type: WitGvk, namespace: Option<String>) -> Answer<Vec<String>> {
         Ok((|| {
-            let (_, indexer) = self.readable(resource_type)?;
+            if let Some(ns) = &namespace {
+                check_len("namespace", ns)?;
+            }
+            let (resource, indexer) = self.readable(resource_type)?;
             let mut keys: Vec<String> = indexer
                 .list_keys()
                 .into_iter()
                 .filter(|k| {
+                    // As in `list`: an empty namespace is none.
                     namespace
                         .as_deref()
+                        .filter(|ns| !ns.is_empty())
                         .is_none_or(|ns| k.namespace() == Some(ns))
                 })
                 .map(|k| k.as_str().to_owned())
                 .collect();
+            check_answer(&format!("keys of {resource}"), keys.iter().map(String::len))?;
             keys.sort();
             Ok(keys)
         })())
@@ -139,7 +152,7 @@ impl Host for StoreState {
             let found = indexer
                 .by_index(&name, &value)
                 .map_err(|e| Error::NotFound(format!("{resource}: {e}")))?;
-            Ok(objects(found))
+            objects(&format!("by-index {index:?} of {resource}"), found)
         })())
     }
 
@@ -150,8 +163,139 @@ impl Host for StoreState {
             let mut values = indexer
                 .index_values(&name)
                 .map_err(|e| Error::NotFound(format!("{resource}: {e}")))?;
+            check_answer(
+                &format!("index-values {index:?} of {resource}"),
+                values.iter().map(String::len),
+            )?;
             values.sort();
             Ok(values)
         })())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    use kubeplug_informer::indexer::new_indexer;
+    use kubeplug_informer::object::ObjectDecoder;
+    use kubeplug_informer::resource::Resource;
+
+    use super::*;
+    use crate::grants::{Grants, Policy};
+    use crate::host::{MAX_ANSWER, MAX_ARG};
+    use crate::state::{HostContext, LogBudget};
+    use crate::view::{IndexerMap, NoCluster};
+
+    fn config_maps() -> Gvk {
+        Gvk::new("", "v1", "ConfigMap")
+    }
+
+    /// A store whose plugin subscribes to ConfigMaps, holding one `size`-byte ConfigMap per
+    /// name in `names` (namespace `ns`, label `app=web`).
+    fn store(names: &[String], size: usize) -> StoreState {
+        let decoder = ObjectDecoder::new(Resource::new("", "v1", "ConfigMap", "configmaps", true));
+        let (mut writer, indexer) = new_indexer();
+        for name in names {
+            let json = serde_json::json!({
+                "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1",
+                             "labels": {"app": "web"}},
+                "data": {"k": "x".repeat(size)},
+            });
+            let object = decoder.decode(json.to_string().as_bytes()).unwrap();
+            writer.put(Arc::new(object));
+        }
+        let host = HostContext {
+            plugin: "probe".into(),
+            policy: Policy::new(&Grants::default(), [config_maps()]),
+            cache: Arc::new(IndexerMap(BTreeMap::from([(config_maps(), indexer)]))),
+            writer: Arc::new(NoCluster),
+            metrics: Arc::default(),
+            stats: Arc::default(),
+            indexes: BTreeMap::new(),
+            log_budget: Arc::new(Mutex::new(LogBudget::new())),
+        };
+        StoreState::new(Arc::new(host), 64 << 20)
+    }
+
+    fn refusal<T: std::fmt::Debug>(answer: Answer<T>) -> String {
+        match answer.expect("a host call never traps on its arguments") {
+            Err(Error::InvalidInput(message)) => message,
+            other => panic!("expected invalid-input, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn answers_over_the_bound_are_refused_before_anything_is_copied() {
+        // Seventeen 1 MiB objects: over 16 MiB together, each well under it.
+        let names: Vec<String> = (0..17).map(|i| format!("cm-{i:02}")).collect();
+        let mut state = store(&names, 1 << 20);
+        let resource = WitGvk::from(&config_maps());
+        let message = refusal(state.list(resource.clone(), None, None));
+        assert!(
+            message.starts_with("list of v1/ConfigMap: the answer would be")
+                && message.contains(&format!("over the {MAX_ANSWER} a cache call may return")),
+            "{message}"
+        );
+        let message = refusal(state.by_index(resource.clone(), "namespace".into(), "ns".into()));
+        assert!(
+            message.starts_with("by-index \"namespace\" of v1/ConfigMap"),
+            "{message}"
+        );
+        let narrowed = state
+            .list(resource.clone(), None, Some("app=db".into()))
+            .unwrap()
+            .unwrap();
+        assert!(narrowed.is_empty(), "a narrower query still answers");
+        let one = state
+            .get(resource.clone(), "ns/cm-00".into())
+            .unwrap()
+            .unwrap();
+        assert!(one.is_some(), "a single object is always within the bound");
+        assert_eq!(state.keys(resource, None).unwrap().unwrap().len(), 17);
+    }
+
+    #[test]
+    fn key_and_index_value_answers_are_bounded_too() {
+        let bound_in_keys = MAX_ANSWER / MAX_ARG + 1;
+        let names: Vec<String> = (0..bound_in_keys)
+            .map(|i| format!("{i:0>width$}", width = MAX_ARG - "ns/".len()))
+            .collect();
+        let mut state = store(&names, 0);
+        let resource = WitGvk::from(&config_maps());
+        let message = refusal(state.keys(resource.clone(), None));
+        assert!(
+            message.starts_with("keys of v1/ConfigMap: the answer would be"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn arguments_over_the_bound_are_refused_naming_the_argument() {
+        let mut state = store(&["a".to_owned()], 0);
+        let resource = WitGvk::from(&config_maps());
+        let long = "a".repeat(MAX_ARG + 1);
+        let over = |what: &str| format!("{what} is {} bytes; at most {MAX_ARG}", MAX_ARG + 1);
+        assert_eq!(
+            refusal(state.get(resource.clone(), long.clone())),
+            over("key")
+        );
+        assert_eq!(
+            refusal(state.list(resource.clone(), None, Some(long.clone()))),
+            over("label selector")
+        );
+        assert_eq!(
+            refusal(state.keys(resource.clone(), Some(long.clone()))),
+            over("namespace")
+        );
+        assert_eq!(
+            refusal(state.by_index(resource.clone(), long.clone(), "v".into())),
+            over("index name")
+        );
+        assert_eq!(
+            refusal(state.by_index(resource, "namespace".into(), long)),
+            over("index value")
+        );
     }
 }

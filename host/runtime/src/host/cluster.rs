@@ -18,6 +18,9 @@ type Answer<T> = wasmtime::Result<Result<T, Error>>;
 
 fn object_ref(target: WitRef) -> Result<ObjectRef, Error> {
     check_len("name", &target.name)?;
+    if let Some(ns) = &target.namespace {
+        check_len("namespace", ns)?;
+    }
     if target.name.is_empty() {
         return Err(Error::InvalidInput("empty object name".to_owned()));
     }
@@ -95,7 +98,13 @@ impl Host for StoreState {
         patch: String,
         subresource: Option<String>,
     ) -> Answer<String> {
-        let checked = object_ref(target).and_then(|t| document("patch", &patch).map(|()| t));
+        let checked = object_ref(target).and_then(|t| {
+            document("patch", &patch)?;
+            if let Some(text) = &subresource {
+                check_len("subresource", text)?;
+            }
+            Ok(t)
+        });
         Ok(match (checked, subresource.as_deref()) {
             (Err(e), _) => Err(e),
             (Ok(_), Some(other)) if other != "status" => Err(Error::InvalidInput(format!(
@@ -129,7 +138,11 @@ impl Host for StoreState {
         namespace: Option<String>,
         json: String,
     ) -> Answer<String> {
-        if let Err(e) = document("manifest", &json) {
+        let checked = document("manifest", &json).and_then(|()| match &namespace {
+            Some(ns) => check_len("namespace", ns),
+            None => Ok(()),
+        });
+        if let Err(e) = checked {
             return Ok(Err(e));
         }
         let resource = Gvk::from(resource_type);

@@ -5,13 +5,40 @@ mod cluster;
 mod log;
 mod metrics;
 
-use crate::bindings::wit;
-use crate::state::StoreState;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
-/// Longest string argument a host function accepts (keys, names, selectors).
+use crate::bindings::kubeplug::plugin::{cache as cache_wit, cluster as cluster_wit};
+use crate::bindings::wit;
+use crate::grants::{Grants, Policy};
+use crate::gvk::Gvk;
+use crate::state::{HostContext, LogBudget, StoreState};
+use crate::view::{CacheView, ClusterWriter, ObjectRef};
+
+/// Longest string argument a host function accepts (keys, names, selectors): 4096 bytes,
+/// over ten times the longest valid one (a `namespace/name` key is at most 63 + 1 + 253).
 const MAX_ARG: usize = 4096;
 
+/// The largest answer a cache call lowers into a guest: 16 MiB of object JSON, keys or
+/// index values. A quarter of the default 64 MiB instance memory, which leaves the guest
+/// room to parse what it gets; a larger answer would fail the guest's allocation anyway,
+/// after the host had copied all of it. Checked before anything is copied.
+const MAX_ANSWER: usize = 16 << 20;
+
 impl wit::Host for StoreState {}
+
+/// `invalid-input` naming `call` and the bound when `sizes` add up to more than
+/// [`MAX_ANSWER`].
+fn check_answer(call: &str, sizes: impl IntoIterator<Item = usize>) -> Result<(), wit::Error> {
+    let total: usize = sizes.into_iter().sum();
+    if total > MAX_ANSWER {
+        return Err(wit::Error::InvalidInput(format!(
+            "{call}: the answer would be {total} bytes, over the {MAX_ANSWER} a cache call may \
+             return; narrow it with a namespace, a label selector or an index"
+        )));
+    }
+    Ok(())
+}
 
 /// `invalid-input` when `value` is longer than [`MAX_ARG`].
 fn check_len(what: &str, value: &str) -> Result<(), wit::Error> {
@@ -22,4 +49,192 @@ fn check_len(what: &str, value: &str) -> Result<(), wit::Error> {
         )));
     }
     Ok(())
+}
+
+/// The `cache` and `cluster` host functions, called as a guest calls them but without one:
+/// for the fuzz checks and tests of their argument handling. Every call goes through the
+/// same code as a guest's (grants, bounds, errors, counters); answers are reduced to what a
+/// check compares, object keys in the order given.
+///
+/// Contract: a call that would trap the guest (a host bug, never an argument) panics.
+///
+/// ```
+/// use std::sync::Arc;
+/// use kubeplug_runtime::{Grants, Gvk, HostCalls, IndexerMap, NoCluster};
+///
+/// let pods = Gvk::new("", "v1", "Pod");
+/// let mut calls = HostCalls::new("probe", [pods], &Grants::default(),
+///     Arc::new(IndexerMap::default()), Arc::new(NoCluster));
+/// let refused = calls.get(&Gvk::new("", "v1", "Secret"), "ns/a").unwrap_err();
+/// assert_eq!(refused.kind, "not-permitted");
+/// assert_eq!(calls.denied(), 1);
+/// ```
+pub struct HostCalls {
+    state: StoreState,
+}
+
+/// An ordinary error answer of a host call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostCallError {
+    /// The WIT `error` case: `not-found`, `not-permitted`, `invalid-input`, `conflict` or
+    /// `unavailable`.
+    pub kind: &'static str,
+    /// Its message.
+    pub message: String,
+}
+
+impl From<wit::Error> for HostCallError {
+    fn from(error: wit::Error) -> Self {
+        let (kind, message) = match error {
+            wit::Error::NotFound(m) => ("not-found", m),
+            wit::Error::NotPermitted(m) => ("not-permitted", m),
+            wit::Error::InvalidInput(m) => ("invalid-input", m),
+            wit::Error::Conflict(m) => ("conflict", m),
+            wit::Error::Unavailable(m) => ("unavailable", m),
+        };
+        Self { kind, message }
+    }
+}
+
+/// The answer of a call, mapped by `f`; panics on a trap.
+fn answer<T, U>(
+    result: wasmtime::Result<Result<T, wit::Error>>,
+    f: impl FnOnce(T) -> U,
+) -> Result<U, HostCallError> {
+    match result {
+        Ok(answer) => answer.map(f).map_err(HostCallError::from),
+        Err(trap) => panic!("a host call trapped: {trap:#}"),
+    }
+}
+
+fn keys_of(objects: Vec<wit::CachedObject>) -> Vec<String> {
+    objects.iter().map(|o| key_of(&o.meta)).collect()
+}
+
+fn key_of(meta: &wit::ObjectMeta) -> String {
+    match &meta.namespace {
+        Some(ns) => format!("{ns}/{}", meta.name),
+        None => meta.name.clone(),
+    }
+}
+
+impl HostCalls {
+    /// Calls on behalf of plugin `plugin`, subscribed to `subscribed`, allowed `grants`,
+    /// reading `cache` (no declared indexes: only `namespace`) and writing to `writer`.
+    pub fn new(
+        plugin: &str,
+        subscribed: impl IntoIterator<Item = Gvk>,
+        grants: &Grants,
+        cache: Arc<dyn CacheView>,
+        writer: Arc<dyn ClusterWriter>,
+    ) -> Self {
+        let host = HostContext {
+            plugin: plugin.into(),
+            policy: Policy::new(grants, subscribed),
+            cache,
+            writer,
+            metrics: Arc::default(),
+            stats: Arc::default(),
+            indexes: BTreeMap::new(),
+            log_budget: Arc::new(Mutex::new(LogBudget::new())),
+        };
+        Self {
+            state: StoreState::new(Arc::new(host), 64 << 20),
+        }
+    }
+
+    /// Calls refused by the grants so far.
+    pub fn denied(&self) -> u64 {
+        self.state.host.stats.snapshot().denied
+    }
+
+    /// `cache.get`: the key of the object found.
+    pub fn get(&mut self, resource: &Gvk, key: &str) -> Result<Option<String>, HostCallError> {
+        let result = cache_wit::Host::get(&mut self.state, resource.into(), key.to_owned());
+        answer(result, |o| o.map(|o| key_of(&o.meta)))
+    }
+
+    /// `cache.list`: the keys of the objects listed.
+    pub fn list(
+        &mut self,
+        resource: &Gvk,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+    ) -> Result<Vec<String>, HostCallError> {
+        let result = cache_wit::Host::list(
+            &mut self.state,
+            resource.into(),
+            namespace.map(str::to_owned),
+            label_selector.map(str::to_owned),
+        );
+        answer(result, keys_of)
+    }
+
+    /// `cache.keys`.
+    pub fn keys(
+        &mut self,
+        resource: &Gvk,
+        namespace: Option<&str>,
+    ) -> Result<Vec<String>, HostCallError> {
+        let result = cache_wit::Host::keys(
+            &mut self.state,
+            resource.into(),
+            namespace.map(str::to_owned),
+        );
+        answer(result, |keys| keys)
+    }
+
+    /// `cache.by-index`: the keys of the objects found.
+    pub fn by_index(
+        &mut self,
+        resource: &Gvk,
+        index: &str,
+        value: &str,
+    ) -> Result<Vec<String>, HostCallError> {
+        let result = cache_wit::Host::by_index(
+            &mut self.state,
+            resource.into(),
+            index.to_owned(),
+            value.to_owned(),
+        );
+        answer(result, keys_of)
+    }
+
+    /// `cache.index-values`.
+    pub fn index_values(
+        &mut self,
+        resource: &Gvk,
+        index: &str,
+    ) -> Result<Vec<String>, HostCallError> {
+        let result =
+            cache_wit::Host::index_values(&mut self.state, resource.into(), index.to_owned());
+        answer(result, |values| values)
+    }
+
+    /// `cluster.create`: what the writer returned.
+    pub fn create(
+        &mut self,
+        resource: &Gvk,
+        namespace: Option<&str>,
+        json: &str,
+    ) -> Result<String, HostCallError> {
+        let call = cluster_wit::Host::create(
+            &mut self.state,
+            resource.into(),
+            namespace.map(str::to_owned),
+            json.to_owned(),
+        );
+        answer(futures::executor::block_on(call), |stored| stored)
+    }
+
+    /// `cluster.delete`.
+    pub fn delete(&mut self, target: &ObjectRef) -> Result<(), HostCallError> {
+        let target = wit::ObjectRef {
+            resource_type: (&target.resource).into(),
+            namespace: target.namespace.clone(),
+            name: target.name.clone(),
+        };
+        let call = cluster_wit::Host::delete(&mut self.state, target);
+        answer(futures::executor::block_on(call), |()| ())
+    }
 }
