@@ -10,4 +10,5 @@ mod grants;
 mod hostile;
 mod polyglot;
 mod reconcile;
+mod sandbox;
 mod settings;

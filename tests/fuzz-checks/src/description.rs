@@ -1,0 +1,312 @@
+//! Checks for the validation of what a plugin's `describe()` returns: the plugin wrote it, and
+//! the host builds informers, indexes and grants from it.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use kubeplug_informer::selector::{FieldSelector, LabelSelector};
+use kubeplug_runtime::Gvk;
+use kubeplug_runtime::description::{
+    Delivery, Description, KeyMapping, MAX_INDEXES, MAX_RESOURCES, MAX_SUBSCRIPTIONS, MAX_TEXT,
+    RawDescription, RawIndex, RawIndexSpec, SubscriptionSpec, WriteVerb,
+};
+use kubeplug_runtime::index::IndexPath;
+
+/// Strings a description is likely to hold, valid and not: most picks come from here, so
+/// that the fuzzer reaches the checks past the name and the counts.
+const WORDS: &[&str] = &[
+    "",
+    "v1",
+    "apps",
+    "Pod",
+    "ConfigMap",
+    "Secret",
+    "probe",
+    "label-audit",
+    "Label-Audit",
+    "-probe",
+    "namespace",
+    "by-app",
+    "app",
+    "app=web",
+    "app in (web,db),!legacy",
+    "app=",
+    "=web",
+    "metadata.name=x",
+    "metadata.namespace!=kube-system",
+    "spec.replicas=3",
+    "spec.volumes[*].configMap.name",
+    "spec..name",
+    "[*]",
+    "metadata.labels",
+];
+
+/// Reads a description out of fuzz bytes; past the end every read is zero.
+struct Input<'a>(&'a [u8]);
+
+impl Input<'_> {
+    fn byte(&mut self) -> u8 {
+        let Some((&first, rest)) = self.0.split_first() else {
+            return 0;
+        };
+        self.0 = rest;
+        first
+    }
+
+    /// A count up to `limit + 2`, so that every bound is crossed now and then.
+    fn count(&mut self, limit: usize) -> usize {
+        usize::from(self.byte()) % (limit + 3)
+    }
+
+    /// A word, a string just under or over [`MAX_TEXT`], or raw bytes as text.
+    fn text(&mut self) -> String {
+        let pick = usize::from(self.byte());
+        match pick {
+            _ if pick < 200 => WORDS[pick % WORDS.len()].to_owned(),
+            200..=209 => "a".repeat(MAX_TEXT),
+            210..=219 => "a".repeat(MAX_TEXT + 1),
+            _ => {
+                let len = usize::from(self.byte()) % 32;
+                let raw: Vec<u8> = (0..len).map(|_| self.byte()).collect();
+                String::from_utf8_lossy(&raw).into_owned()
+            }
+        }
+    }
+
+    fn optional_text(&mut self) -> Option<String> {
+        (self.byte() % 2 == 1).then(|| self.text())
+    }
+
+    fn gvk(&mut self) -> Gvk {
+        Gvk {
+            group: self.text(),
+            version: self.text(),
+            kind: self.text(),
+        }
+    }
+
+    fn subscription(&mut self) -> SubscriptionSpec {
+        SubscriptionSpec {
+            resource: self.gvk(),
+            namespace: self.optional_text(),
+            label_selector: self.optional_text(),
+            field_selector: self.optional_text(),
+            resync_period: (self.byte() % 2 == 1)
+                .then(|| Duration::from_millis(u64::from(self.byte()))),
+            wants_object_json: self.byte() % 2 == 1,
+            wants_old_json: self.byte() % 2 == 1,
+            enqueue: match self.byte() % 3 {
+                0 => KeyMapping::OwnKey,
+                1 => KeyMapping::Owner(self.gvk()),
+                _ => KeyMapping::Computed,
+            },
+        }
+    }
+
+    fn index(&mut self) -> RawIndex {
+        RawIndex {
+            name: self.text(),
+            resource: self.gvk(),
+            spec: match self.byte() % 3 {
+                0 => RawIndexSpec::Label(self.text()),
+                1 => RawIndexSpec::OwnerUid,
+                _ => RawIndexSpec::Path(self.text()),
+            },
+        }
+    }
+
+    fn verb(&mut self) -> WriteVerb {
+        [
+            WriteVerb::Apply,
+            WriteVerb::Patch,
+            WriteVerb::PatchStatus,
+            WriteVerb::Create,
+            WriteVerb::Delete,
+            WriteVerb::RecordEvent,
+        ][usize::from(self.byte()) % 6]
+    }
+
+    fn description(&mut self) -> RawDescription {
+        let name = self.text();
+        let version = self.text();
+        let subscriptions = (0..self.count(MAX_SUBSCRIPTIONS))
+            .map(|_| self.subscription())
+            .collect();
+        let delivery = match self.byte() % 2 {
+            0 => Delivery::Events,
+            _ => Delivery::Reconcile {
+                workers: usize::from(self.byte() % 4),
+            },
+        };
+        let indexes = (0..self.count(MAX_INDEXES)).map(|_| self.index()).collect();
+        let reads = (0..self.count(MAX_RESOURCES)).map(|_| self.gvk()).collect();
+        let writes = (0..self.count(MAX_RESOURCES))
+            .map(|_| {
+                let resource = self.gvk();
+                let verbs = (0..self.byte() % 4).map(|_| self.verb()).collect();
+                (resource, verbs)
+            })
+            .collect();
+        RawDescription {
+            name,
+            version,
+            subscriptions,
+            delivery,
+            indexes,
+            reads,
+            writes,
+        }
+    }
+}
+
+/// A description built from the bytes (structure-aware: counts, then each field, strings
+/// mostly from a list of likely ones).
+///
+/// Properties: checking never panics; it accepts a description exactly when the reference
+/// below finds nothing wrong; an accepted one holds the contract of `Description`
+/// (normalised: no empty namespace or selector, at least one worker, verbs merged) and keeps
+/// the order of subscriptions; a refused one names, first thing in its message, a field the
+/// reference found wrong.
+pub fn plugin_description(data: &[u8]) {
+    let raw = Input(data).description();
+    let problems = reference_problems(&raw);
+    match Description::check(raw.clone()) {
+        Ok(description) => {
+            assert!(problems.is_empty(), "accepted, with problems {problems:?}");
+            assert_eq!(description.name, raw.name);
+            assert_eq!(
+                description.subscribed().collect::<Vec<_>>(),
+                raw.subscriptions
+                    .iter()
+                    .map(|s| &s.resource)
+                    .collect::<Vec<_>>()
+            );
+            for s in &description.subscriptions {
+                for text in [&s.namespace, &s.label_selector, &s.field_selector] {
+                    assert_ne!(text.as_deref(), Some(""), "empty texts are dropped");
+                }
+            }
+            if let Delivery::Reconcile { workers } = description.delivery {
+                assert!(workers >= 1);
+            }
+            assert_eq!(description.indexes.len(), raw.indexes.len());
+            for ((resource, verbs), (raw_resource, raw_verbs)) in
+                description.writes.iter().zip(&raw.writes)
+            {
+                assert_eq!(resource, raw_resource);
+                assert_eq!(verbs, &raw_verbs.iter().copied().collect::<BTreeSet<_>>());
+            }
+        }
+        Err(error) => {
+            let message = error.to_string();
+            assert!(
+                problems.iter().any(|field| {
+                    message
+                        .strip_prefix(field.as_str())
+                        .is_some_and(|rest| rest.starts_with([':', ' ']))
+                }),
+                "{message:?} names none of the fields wrong: {problems:?}"
+            );
+        }
+    }
+}
+
+/// Every field of `raw` that breaks the rules, as the error would name it. Written from the
+/// WIT documentation and the bounds, not from the checker's code.
+fn reference_problems(raw: &RawDescription) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut text = |field: String, value: &str| {
+        if value.len() > MAX_TEXT {
+            problems.push(field);
+        }
+    };
+    let name = &raw.name;
+    let dns_label = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    text("version".into(), &raw.version);
+    let gvk = |text: &mut dyn FnMut(String, &str), field: String, g: &Gvk| {
+        text(format!("{field}.group"), &g.group);
+        text(format!("{field}.version"), &g.version);
+        text(format!("{field}.kind"), &g.kind);
+    };
+    for (i, s) in raw.subscriptions.iter().enumerate() {
+        let at = format!("subscriptions[{i}]");
+        gvk(&mut text, format!("{at}.resource-type"), &s.resource);
+        if let KeyMapping::Owner(owner) = &s.enqueue {
+            gvk(&mut text, format!("{at}.enqueue.owner"), owner);
+        }
+        for (field, value) in [
+            ("namespace", &s.namespace),
+            ("label-selector", &s.label_selector),
+            ("field-selector", &s.field_selector),
+        ] {
+            if let Some(value) = value {
+                text(format!("{at}.{field}"), value);
+            }
+        }
+    }
+    for (i, r) in raw.reads.iter().enumerate() {
+        gvk(&mut text, format!("reads[{i}]"), r);
+    }
+    for (i, (r, _)) in raw.writes.iter().enumerate() {
+        gvk(&mut text, format!("writes[{i}].resource-type"), r);
+    }
+    for (i, index) in raw.indexes.iter().enumerate() {
+        text(format!("indexes[{i}].name"), &index.name);
+        gvk(
+            &mut text,
+            format!("indexes[{i}].resource-type"),
+            &index.resource,
+        );
+        if let RawIndexSpec::Label(value) | RawIndexSpec::Path(value) = &index.spec {
+            text(format!("indexes[{i}].spec"), value);
+        }
+    }
+    if !dns_label {
+        problems.push("name".into());
+    }
+    if raw.subscriptions.is_empty() || raw.subscriptions.len() > MAX_SUBSCRIPTIONS {
+        problems.push("subscriptions".into());
+    }
+    for (field, count, limit) in [
+        ("indexes", raw.indexes.len(), MAX_INDEXES),
+        ("reads", raw.reads.len(), MAX_RESOURCES),
+        ("writes", raw.writes.len(), MAX_RESOURCES),
+    ] {
+        if count > limit {
+            problems.push(field.into());
+        }
+    }
+    for (i, s) in raw.subscriptions.iter().enumerate() {
+        if s.label_selector
+            .as_deref()
+            .is_some_and(|t| LabelSelector::parse(t).is_err())
+        {
+            problems.push(format!("subscriptions[{i}].label-selector"));
+        }
+        if s.field_selector
+            .as_deref()
+            .is_some_and(|t| FieldSelector::parse(t).is_err())
+        {
+            problems.push(format!("subscriptions[{i}].field-selector"));
+        }
+    }
+    let mut names = BTreeSet::from(["namespace"]);
+    for (i, index) in raw.indexes.iter().enumerate() {
+        let known = raw
+            .subscriptions
+            .iter()
+            .any(|s| s.resource == index.resource)
+            || raw.reads.contains(&index.resource);
+        let bad_path = matches!(&index.spec, RawIndexSpec::Path(p) if IndexPath::parse(p).is_err());
+        if !known || !names.insert(&index.name) || bad_path {
+            problems.push(format!("indexes[{i}]"));
+        }
+    }
+    problems
+}
