@@ -94,7 +94,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let queue_metrics = WorkqueueMetrics::register(&mut registry);
 
     let runtime = Runtime::new(RuntimeConfig {
-        artifact_cache: Some(artifact_cache_dir()),
+        artifact_cache: artifact_cache_dir(),
         ..RuntimeConfig::default()
     })
     .context("cannot start the WebAssembly engine")?;
@@ -411,15 +411,21 @@ impl Resolve for DiscoveryResolver {
 }
 
 /// Compiled plugins are cached in a directory only this user can read: `$XDG_CACHE_HOME`
-/// or `~/.cache`, else the system temporary directory.
-pub(crate) fn artifact_cache_dir() -> std::path::PathBuf {
+/// or `~/.cache`. Without either, nothing is cached: a shared directory such as `/tmp` could
+/// be prepared by another user, and cached artefacts are loaded as native code.
+pub(crate) fn artifact_cache_dir() -> Option<std::path::PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|dir| !dir.is_empty())
         .map(std::path::PathBuf::from)
         .or_else(|| {
-            std::env::var_os("HOME").map(|home| std::path::PathBuf::from(home).join(".cache"))
-        })
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("kubeplug").join("artifacts")
+            std::env::var_os("HOME")
+                .filter(|home| !home.is_empty())
+                .map(|home| std::path::PathBuf::from(home).join(".cache"))
+        });
+    if base.is_none() {
+        warn!("neither XDG_CACHE_HOME nor HOME is set: compiled plugins are not cached");
+    }
+    base.map(|base| base.join("kubeplug").join("artifacts"))
 }
 
 pub(crate) async fn shutdown_signal() {

@@ -587,6 +587,7 @@ mod tests {
             label_selector: None,
             field_selector: None,
             resync_period: None,
+            meta_fields: MetaFields::ALL,
             wants_object_json: false,
             wants_old_json: false,
             enqueue: KeyMapping::OwnKey,

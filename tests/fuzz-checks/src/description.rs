@@ -8,7 +8,7 @@ use kubeplug_informer::selector::{FieldSelector, LabelSelector};
 use kubeplug_runtime::Gvk;
 use kubeplug_runtime::description::{
     Delivery, Description, KeyMapping, MAX_INDEXES, MAX_RESOURCES, MAX_SUBSCRIPTIONS, MAX_TEXT,
-    RawDescription, RawIndex, RawIndexSpec, SubscriptionSpec, WriteVerb,
+    MetaFields, RawDescription, RawIndex, RawIndexSpec, SubscriptionSpec, WriteVerb,
 };
 use kubeplug_runtime::index::IndexPath;
 
@@ -93,6 +93,7 @@ impl Input<'_> {
             field_selector: self.optional_text(),
             resync_period: (self.byte() % 2 == 1)
                 .then(|| Duration::from_millis(u64::from(self.byte()))),
+            meta_fields: self.meta_fields(),
             wants_object_json: self.byte() % 2 == 1,
             wants_old_json: self.byte() % 2 == 1,
             enqueue: match self.byte() % 3 {
@@ -100,6 +101,16 @@ impl Input<'_> {
                 1 => KeyMapping::Owner(self.gvk()),
                 _ => KeyMapping::Computed,
             },
+        }
+    }
+
+    fn meta_fields(&mut self) -> MetaFields {
+        let bits = self.byte();
+        MetaFields {
+            uid: bits & 1 != 0,
+            labels: bits & 2 != 0,
+            owner_references: bits & 4 != 0,
+            deletion_timestamp: bits & 8 != 0,
         }
     }
 

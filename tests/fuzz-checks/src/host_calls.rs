@@ -9,8 +9,7 @@ use kubeplug_informer::resource::Resource;
 use kubeplug_informer::selector::LabelSelector;
 use kubeplug_runtime::view::BoxFuture;
 use kubeplug_runtime::{
-    ClusterWriter, Grants, Gvk, HostCallError, HostCalls, IndexerMap, ObjectRef, Write, WriteError,
-    WriteVerb,
+    ClusterWriter, Grants, Gvk, HostCallError, HostCalls, IndexerMap, Write, WriteError, WriteVerb,
 };
 
 /// Strings a guest is likely to pass, valid and not; most arguments come from here.

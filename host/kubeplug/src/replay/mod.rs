@@ -107,7 +107,7 @@ pub(crate) async fn test(args: TestArgs, journal: Journal) -> anyhow::Result<()>
     };
 
     let runtime = Runtime::new(RuntimeConfig {
-        artifact_cache: Some(artifact_cache_dir()),
+        artifact_cache: artifact_cache_dir(),
         ..RuntimeConfig::default()
     })
     .context("cannot start the WebAssembly engine")?;
