@@ -117,7 +117,9 @@ fn check_describes_a_valid_plugin_and_names_what_is_wrong_with_an_invalid_one() 
     assert!(stdout.starts_with("label-audit 0.1.0"), "{stdout}");
     assert!(stdout.contains("delivery: events"), "{stdout}");
     assert!(
-        stdout.contains("  apps/v1/Deployment\n  v1/Pod\n"),
+        stdout.contains(
+            "  apps/v1/Deployment (metadata: key, labels)\n  v1/Pod (metadata: key, labels)\n"
+        ),
         "{stdout}"
     );
     assert!(stdout.contains("writes v1/Pod: record-event"), "{stdout}");
