@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use crate::input::Input;
 use kubeplug_informer::selector::{FieldSelector, LabelSelector};
 use kubeplug_runtime::Gvk;
 use kubeplug_runtime::description::{
@@ -41,40 +42,10 @@ const WORDS: &[&str] = &[
     "metadata.labels",
 ];
 
-/// Reads a description out of fuzz bytes; past the end every read is zero.
-struct Input<'a>(&'a [u8]);
-
 impl Input<'_> {
-    fn byte(&mut self) -> u8 {
-        let Some((&first, rest)) = self.0.split_first() else {
-            return 0;
-        };
-        self.0 = rest;
-        first
-    }
-
     /// A count up to `limit + 2`, so that every bound is crossed now and then.
     fn count(&mut self, limit: usize) -> usize {
         usize::from(self.byte()) % (limit + 3)
-    }
-
-    /// A word, a string just under or over [`MAX_TEXT`], or raw bytes as text.
-    fn text(&mut self) -> String {
-        let pick = usize::from(self.byte());
-        match pick {
-            _ if pick < 200 => WORDS[pick % WORDS.len()].to_owned(),
-            200..=209 => "a".repeat(MAX_TEXT),
-            210..=219 => "a".repeat(MAX_TEXT + 1),
-            _ => {
-                let len = usize::from(self.byte()) % 32;
-                let raw: Vec<u8> = (0..len).map(|_| self.byte()).collect();
-                String::from_utf8_lossy(&raw).into_owned()
-            }
-        }
-    }
-
-    fn optional_text(&mut self) -> Option<String> {
-        (self.byte() % 2 == 1).then(|| self.text())
     }
 
     fn gvk(&mut self) -> Gvk {
@@ -179,7 +150,7 @@ impl Input<'_> {
 /// the order of subscriptions; a refused one names, first thing in its message, a field the
 /// reference found wrong.
 pub fn plugin_description(data: &[u8]) {
-    let raw = Input(data).description();
+    let raw = Input::new(data, WORDS, MAX_TEXT).description();
     let problems = reference_problems(&raw);
     match Description::check(raw.clone()) {
         Ok(description) => {

@@ -12,6 +12,8 @@ use kubeplug_runtime::{
     ClusterWriter, Grants, Gvk, HostCallError, HostCalls, IndexerMap, Write, WriteError, WriteVerb,
 };
 
+use crate::input::Input;
+
 /// Strings a guest is likely to pass, valid and not; most arguments come from here.
 const WORDS: &[&str] = &[
     "",
@@ -102,37 +104,7 @@ impl ClusterWriter for Writes {
     }
 }
 
-/// Reads calls out of fuzz bytes; past the end every read is zero.
-struct Input<'a>(&'a [u8]);
-
 impl Input<'_> {
-    fn byte(&mut self) -> u8 {
-        let Some((&first, rest)) = self.0.split_first() else {
-            return 0;
-        };
-        self.0 = rest;
-        first
-    }
-
-    /// A word, a string at or just over the argument bound, or raw bytes as text.
-    fn text(&mut self) -> String {
-        let pick = usize::from(self.byte());
-        match pick {
-            _ if pick < 200 => WORDS[pick % WORDS.len()].to_owned(),
-            200..=209 => "a".repeat(MAX_ARG),
-            210..=219 => "a".repeat(MAX_ARG + 1),
-            _ => {
-                let len = usize::from(self.byte()) % 32;
-                let raw: Vec<u8> = (0..len).map(|_| self.byte()).collect();
-                String::from_utf8_lossy(&raw).into_owned()
-            }
-        }
-    }
-
-    fn optional_text(&mut self) -> Option<String> {
-        (self.byte() % 2 == 1).then(|| self.text())
-    }
-
     /// ConfigMaps (subscribed), Secrets (cached, not granted), Pods (neither), or any type.
     fn resource(&mut self) -> Gvk {
         match self.byte() % 4 {
@@ -190,10 +162,10 @@ pub fn host_calls(data: &[u8]) {
         Arc::new(caches().clone()),
         writes.clone(),
     );
-    let mut input = Input(data);
+    let mut input = Input::new(data, WORDS, MAX_ARG);
     let mut refusals = 0;
     let mut accepted_writes = 0;
-    while !input.0.is_empty() {
+    while !input.is_empty() {
         let op = input.byte() % 6;
         let resource = input.resource();
         let readable = resource == config_maps();

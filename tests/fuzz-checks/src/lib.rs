@@ -13,6 +13,7 @@
 mod config;
 mod description;
 mod host_calls;
+mod input;
 mod manifest;
 mod selectors;
 mod wire;
