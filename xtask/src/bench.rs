@@ -496,9 +496,10 @@ fn run_collecting(command: &mut Command, scenario: &Scenario) -> Result<Vec<Figu
 ///
 /// Durations are Rust's `Debug` form. None when there is no such line.
 pub fn reload_storm_figures(output: &str) -> Vec<Figure> {
+    // With `--nocapture` the summary follows libtest's `test <name> ... ` on the same line.
     let Some(line) = output
         .lines()
-        .find_map(|l| l.trim().strip_prefix("reload storm: "))
+        .find_map(|l| l.split_once("reload storm: ").map(|(_, summary)| summary))
     else {
         return Vec::new();
     };
@@ -715,10 +716,10 @@ mod tests {
     #[test]
     fn the_reload_storm_summary_becomes_figures() {
         let output = "running 1 test\n\
-            reload storm: 1000 swaps, 20950 deltas handled, 0 lost, 0 duplicated; rename → \
+            test plugins::tests::reload_storm ... reload storm: 1000 swaps, 20950 deltas handled, 0 lost, 0 duplicated; rename → \
             first delta on the new version: uncached 1.25s, cached p50 12.5ms p99 40ms max \
             812.5µs; RSS after 100 swaps 90000 KiB, at the end 91000 KiB; live after: Live { \
-            plugins: 1, instances: 1 }\ntest plugins::tests::reload_storm ... ok\n";
+            plugins: 1, instances: 1 }\nok\n";
         let figures: BTreeMap<String, (f64, String)> = reload_storm_figures(output)
             .into_iter()
             .map(|f| (f.figure, (f.value, f.unit)))
