@@ -243,9 +243,15 @@ impl<'a> ObjectScanner<'a> {
     }
 }
 
+/// Whether `s` can stand between quotes as a JSON string as it is: no quote, backslash or
+/// control character.
+pub fn needs_no_escapes(s: &str) -> bool {
+    skip_plain_string_bytes(s.as_bytes(), 0) == s.len()
+}
+
 /// Appends `s` as a JSON string literal.
 pub fn push_json_string(out: &mut String, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+    if needs_no_escapes(s) {
         out.push('"');
         out.push_str(s);
         out.push('"');
