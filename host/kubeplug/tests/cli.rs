@@ -1,17 +1,10 @@
 //! The `kubeplug` binary as a user runs it: bad input, and a running host's HTTP endpoints.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+mod support;
 
-fn kubeplug() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kubeplug"));
-    command.env("KUBEPLUG_LOG", "info");
-    command
-}
+use std::ffi::OsStr;
+
+use support::{Host, built_plugin, kubeplug};
 
 fn fails_naming(args: &[&str], expected: &[&str]) {
     let output = kubeplug().args(args).output().unwrap();
@@ -155,100 +148,6 @@ fn check_describes_a_valid_plugin_and_names_what_is_wrong_with_an_invalid_one() 
     );
 }
 
-/// A running host, killed on drop.
-struct Host {
-    child: Child,
-    address: SocketAddr,
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Host {
-    fn start(cluster: &Path, plugins: &Path, config: &Path) -> Self {
-        let mut child = kubeplug()
-            .args(["run", "--http", "127.0.0.1:0", "--local"])
-            .arg(cluster)
-            .arg("--plugins")
-            .arg(plugins)
-            .arg("--config")
-            .arg(config)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (lines, received) = mpsc::channel();
-        std::thread::spawn(move || {
-            // Keeps draining after the address is found: a closed pipe would kill the host.
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("kubeplug: {line}");
-                let _ = lines.send(line);
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let address = loop {
-            let line = received
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .expect("kubeplug reports its HTTP address within a minute");
-            if let Some(at) = line.find("address=") {
-                break line[at + "address=".len()..]
-                    .split_whitespace()
-                    .next()
-                    .unwrap()
-                    .parse()
-                    .unwrap();
-            }
-        };
-        Self { child, address }
-    }
-
-    fn get(&self, path: &str) -> (u16, String) {
-        let mut stream = TcpStream::connect(self.address).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        let status = response[9..12].parse().unwrap();
-        let body = response
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default();
-        (status, body)
-    }
-
-    /// Polls `path` until `done` holds for its answer; panics after a minute.
-    fn wait_for(&self, path: &str, done: impl Fn(u16, &str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let (status, body) = self.get(path);
-            if done(status, &body) {
-                return body;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{path} never became what was expected: {status} {body}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-fn built_plugin(name: &str) -> PathBuf {
-    let layout = xtask::Layout::from_manifest_dir();
-    let built = xtask::build_plugins(&layout, &[name.to_owned()]).expect("plugins build");
-    built.into_iter().next().unwrap()
-}
-
 fn plugin_state<'a>(plugins: &'a serde_json::Value, file: &str) -> &'a serde_json::Value {
     plugins
         .as_array()
@@ -302,7 +201,14 @@ fn a_running_host_serves_probes_metrics_and_plugin_status_and_follows_the_manife
     )
     .unwrap();
 
-    let host = Host::start(cluster.path(), plugins.path(), &config);
+    let host = Host::start([
+        OsStr::new("--local"),
+        cluster.path().as_os_str(),
+        OsStr::new("--plugins"),
+        plugins.path().as_os_str(),
+        OsStr::new("--config"),
+        config.as_os_str(),
+    ]);
     assert_eq!(host.get("/healthz"), (200, "ok".to_owned()));
     let ready = host.wait_for("/readyz?verbose", |status, _| status == 200);
     assert!(
