@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result};
 use kubeplug_bench_support::{Figure, Run, median, peak_rss_bytes, rss_bytes};
 use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
 use kubeplug_informer::object::ObjectDecoder;
@@ -37,7 +37,7 @@ use kubeplug_runtime::{
 };
 use tokio::task::JoinHandle;
 
-use common::{Phase, Pods, Replay, pod_resource};
+use common::{Phase, Pods, Replay, ensure_no_failed_call, pod_resource};
 
 mod common;
 
@@ -65,14 +65,8 @@ impl Fleet {
         loop {
             let mut behind = false;
             for (plugin, &sent) in self.plugins.iter().zip(&self.sent) {
-                let status = plugin.status();
-                ensure!(
-                    status.calls_failed == 0,
-                    "{} failed a call: {:?}",
-                    plugin.name(),
-                    status.last_error
-                );
-                behind |= status.events_delivered < sent;
+                ensure_no_failed_call(plugin)?;
+                behind |= plugin.status().events_delivered < sent;
             }
             if !behind {
                 return Ok(());

@@ -50,7 +50,7 @@ use kubeplug_runtime::{
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use common::{Phase, Pods, Replay, STAMP_LABEL, pod_resource};
+use common::{Phase, Pods, Replay, STAMP_LABEL, ensure_no_failed_call, pod_resource};
 
 mod common;
 
@@ -347,16 +347,10 @@ impl Bench {
     }
 
     fn check_alive(&self) -> Result<()> {
-        if let Attached::Wasm { plugin, .. } = &self.handler {
-            let status = plugin.status();
-            ensure!(
-                status.calls_failed == 0,
-                "{} failed a call: {:?}",
-                plugin.name(),
-                status.last_error
-            );
+        match &self.handler {
+            Attached::Wasm { plugin, .. } => ensure_no_failed_call(plugin),
+            Attached::Native { .. } => Ok(()),
         }
-        Ok(())
     }
 
     /// Runs `phase` and returns the time until the handler has had its last update.

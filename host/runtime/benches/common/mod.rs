@@ -1,4 +1,4 @@
-//! The source the end-to-end benches share (`pipeline_wasm.rs`, `fan_out.rs`): `pipeline.rs`'s
+//! What the end-to-end benches share (`pipeline_wasm.rs`, `fan_out.rs`): `pipeline.rs`'s
 //! generated 5–6 KB Pods, listed in pages, then MODIFIED events cycling over them, emitted
 //! in phases the bench sends, flat out or paced and stamped with the time of emission.
 
@@ -14,6 +14,7 @@ use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::{
     ListPage, ListRequest, ListerWatcher, SourceError, WatchEvent, WatchRequest, WatchStream,
 };
+use kubeplug_runtime::Plugin;
 use tokio::sync::mpsc;
 
 /// The label the source stamps paced updates with: Unix nanoseconds, zero-padded.
@@ -22,6 +23,19 @@ const STAMP_DIGITS: usize = 19;
 
 pub(crate) fn pod_resource() -> Resource {
     Resource::new("", "v1", "Pod", "pods", true)
+}
+
+/// Fails, naming `plugin` and its last error, once any of its calls failed: the figures of a
+/// failing plugin would time its error path.
+pub(crate) fn ensure_no_failed_call(plugin: &Plugin) -> anyhow::Result<()> {
+    let status = plugin.status();
+    anyhow::ensure!(
+        status.calls_failed == 0,
+        "{} failed a call: {:?}",
+        plugin.name(),
+        status.last_error
+    );
+    Ok(())
 }
 
 /// The Pods the source replays, each with a zero stamp, and where each one's digits are.
