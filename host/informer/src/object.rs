@@ -662,7 +662,10 @@ fn write_key(out: &mut String, key: &str) {
 
 /// Like [`write_key`] for a key the scanner read: one it borrowed had no escapes and no
 /// control characters, so it is valid JSON between quotes as it is.
-#[expect(clippy::ptr_arg, reason = "the variant says whether the key had escapes")]
+#[expect(
+    clippy::ptr_arg,
+    reason = "the variant says whether the key had escapes"
+)]
 fn write_scanned_key(out: &mut String, key: &Cow<'_, str>) {
     match key {
         Cow::Borrowed(key) => {
