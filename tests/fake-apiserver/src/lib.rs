@@ -23,7 +23,7 @@
 mod patch;
 mod routes;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -159,7 +159,15 @@ struct Shared {
     raw_watch: Mutex<VecDeque<RawAnswer>>,
     /// The last requests (method, path and query, `Authorization`), at most 1,000: for tests.
     log: Mutex<VecDeque<RequestRecord>>,
+    /// `remainingItemCount` after each `continue` token handed out, keyed by the list it
+    /// belongs to and the token, so that a list's later pages subtract instead of counting
+    /// the rest again (which made a paginated list quadratic). Overflow policy: cleared at
+    /// [`REMAINING_COUNTS`] entries; a page whose token is not found counts again.
+    remaining_items: Mutex<HashMap<String, usize>>,
 }
+
+/// Most `continue` tokens whose remaining counts [`Shared`] keeps.
+const REMAINING_COUNTS: usize = 1024;
 
 /// One request as the server saw it.
 #[derive(Debug, Clone)]
@@ -255,6 +263,7 @@ impl FakeApiServer {
             raw_list: Mutex::default(),
             raw_watch: Mutex::default(),
             log: Mutex::new(VecDeque::new()),
+            remaining_items: Mutex::default(),
             options,
         });
         let (tls, ca_pem) = if shared.options.tls {

@@ -20,7 +20,8 @@ use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::selector::{FieldSelector, LabelSelector};
 use kubeplug_informer::source::{
-    ListRequest, ListerWatcher, SourceError, Status, WatchEvent, WatchRequest, WatchStream,
+    ListPage, ListRequest, ListerWatcher, SourceError, Status, WatchEvent, WatchRequest,
+    WatchStream,
 };
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -422,16 +423,8 @@ impl Ctx<'_> {
         let mut metadata = json!({"resourceVersion": page.resource_version});
         if let Some(token) = &page.continue_token {
             metadata["continue"] = json!(token);
-            // The rest of the list at the same version, counted.
-            let rest = lister
-                .list(ListRequest {
-                    limit: None,
-                    continue_token: Some(token.clone()),
-                    resource_version: None,
-                })
-                .await;
-            if let Ok(rest) = rest {
-                metadata["remainingItemCount"] = json!(rest.items.len());
+            if let Some(remaining) = self.remaining_items(&lister, &request, &page, token).await {
+                metadata["remainingItemCount"] = json!(remaining);
             }
         }
         let mut out =
@@ -449,6 +442,52 @@ impl Ctx<'_> {
         }
         out.extend_from_slice(b"]}");
         full(StatusCode::OK, out)
+    }
+
+    /// The objects a list still holds after `page`, which ends at `token`: counted on a
+    /// list's first page, then carried from page to page (all of a list's pages read one
+    /// version, so the count only shrinks by what each page served).
+    async fn remaining_items(
+        &self,
+        lister: &kubeplug_informer::memory::MemoryListerWatcher,
+        request: &ListRequest,
+        page: &ListPage,
+        token: &str,
+    ) -> Option<usize> {
+        // Tokens are only unique within one list: the same version and last key can end a
+        // page of another namespace's or selector's list.
+        let list = format!(
+            "{}/{}/{:?}?{:?}&{:?}#",
+            self.resource.api_version(),
+            self.resource.plural,
+            self.namespace(),
+            self.query.get("labelSelector"),
+            self.query.get("fieldSelector"),
+        );
+        let carried = request
+            .continue_token
+            .as_ref()
+            .and_then(|served| lock(&self.shared.remaining_items).remove(&(list.clone() + served)));
+        let remaining = match carried {
+            Some(before) => before.checked_sub(page.items.len())?,
+            None => {
+                let rest = lister
+                    .list(ListRequest {
+                        limit: None,
+                        continue_token: Some(token.to_owned()),
+                        resource_version: None,
+                    })
+                    .await
+                    .ok()?;
+                rest.items.len()
+            }
+        };
+        let mut counts = lock(&self.shared.remaining_items);
+        if counts.len() >= crate::REMAINING_COUNTS {
+            counts.clear();
+        }
+        counts.insert(list + token, remaining);
+        Some(remaining)
     }
 
     fn get(&self) -> Response<Body> {

@@ -1,4 +1,5 @@
-//! The fake server's writes, through the kube client: the shapes of the captured answers.
+//! The fake server through the kube client: the shapes of the captured answers to writes,
+//! and list pages.
 
 use kubeplug_fake_apiserver::FakeOptions;
 use serde_json::{Value, json};
@@ -178,4 +179,52 @@ async fn crud_patch_status_apply_events_and_leases() {
     assert_eq!(code, 200);
     let (code, _) = call(&f, "DELETE", &format!("{CM}/cm-1"), JSON, Value::Null).await;
     assert_eq!(code, 404);
+}
+
+/// One page of the ConfigMaps in `wire`: (items, remainingItemCount, continue).
+async fn list_page(
+    f: &Fixture,
+    query: &str,
+    token: Option<&str>,
+) -> (usize, Option<u64>, Option<String>) {
+    let mut uri = format!("{CM}?{query}");
+    if let Some(token) = token {
+        uri.push_str(&format!("&continue={token}"));
+    }
+    let (code, list) = call(f, "GET", &uri, JSON, Value::Null).await;
+    assert_eq!(code, 200, "{list}");
+    let metadata = &list["metadata"];
+    (
+        list["items"].as_array().unwrap().len(),
+        metadata["remainingItemCount"].as_u64(),
+        metadata["continue"].as_str().map(str::to_owned),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pages_count_the_items_that_remain() {
+    let f = start(FakeOptions::default()).await;
+    for i in 0..7 {
+        let team = if i % 2 == 0 { "a" } else { "b" };
+        let body = json!({"metadata": {"name": format!("cm-{i}"), "labels": {"team": team}}});
+        assert_eq!(call(&f, "POST", CM, JSON, body).await.0, 201);
+    }
+    let all = "limit=3";
+    let (items, remaining, first) = list_page(&f, all, None).await;
+    assert_eq!((items, remaining), (3, Some(4)));
+    // Team a's first page ends at the same object and version, so at the same token: its
+    // count must not be taken for the unselected list's.
+    let team_a = "limit=2&labelSelector=team%3Da";
+    let (items, remaining, team_a_first) = list_page(&f, team_a, None).await;
+    assert_eq!((items, remaining), (2, Some(2)));
+    assert_eq!(team_a_first, first);
+    let first = first.unwrap();
+    let (items, remaining, second) = list_page(&f, all, Some(&first)).await;
+    assert_eq!((items, remaining), (3, Some(1)));
+    // A page asked for again counts the same.
+    assert_eq!(list_page(&f, all, Some(&first)).await.1, Some(1));
+    let (items, remaining, last) = list_page(&f, all, second.as_deref()).await;
+    assert_eq!((items, remaining, last), (1, None, None));
+    let (items, remaining, last) = list_page(&f, team_a, Some(&first)).await;
+    assert_eq!((items, remaining, last), (2, None, None));
 }
