@@ -99,7 +99,8 @@ impl LineSplitter {
     /// Feeds one chunk; returns the lines it completed.
     pub fn push(&mut self, mut chunk: Bytes) -> Result<Vec<Bytes>, WireError> {
         let mut lines = Vec::new();
-        while let Some(newline) = chunk.iter().position(|&b| b == b'\n') {
+        // A watch line is a whole object, kilobytes long: find its end with SIMD.
+        while let Some(newline) = memchr::memchr(b'\n', &chunk) {
             let head = chunk.split_to(newline);
             chunk.advance(1);
             self.check(head.len())?;
