@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use kubeplug_runtime::{Gvk, WriteVerb};
+use kubeplug_policy::{Gvk, WriteVerb};
 use serde::Deserialize;
 
 /// Why the configuration could not be used.
@@ -123,35 +123,19 @@ pub struct Grants {
 }
 
 impl Grants {
-    /// The runtime's form; an error names the type that does not parse.
-    pub fn to_runtime(&self) -> Result<kubeplug_runtime::Grants, String> {
-        let mut grants = kubeplug_runtime::Grants::default();
+    /// The policy's form; an error names the type that does not parse.
+    pub fn to_policy(&self) -> Result<kubeplug_policy::Grants, String> {
+        let mut grants = kubeplug_policy::Grants::default();
         for resource in &self.read {
-            grants = grants.allow_read(parse_type(resource)?);
+            grants = grants.allow_read(Gvk::parse(resource)?);
         }
         for (resource, verbs) in &self.write {
-            let gvk = parse_type(resource)?;
+            let gvk = Gvk::parse(resource)?;
             for verb in verbs {
                 grants = grants.allow_write(gvk.clone(), *verb);
             }
         }
         Ok(grants)
-    }
-}
-
-/// `v1/Secret` or `apps/v1/Deployment`.
-pub fn parse_type(text: &str) -> Result<Gvk, String> {
-    let parts: Vec<&str> = text.split('/').collect();
-    match parts.as_slice() {
-        [version, kind] if !version.is_empty() && !kind.is_empty() => {
-            Ok(Gvk::new("", version, kind))
-        }
-        [group, version, kind] if !group.is_empty() && !version.is_empty() && !kind.is_empty() => {
-            Ok(Gvk::new(group, version, kind))
-        }
-        _ => Err(format!(
-            "{text:?} is not a type; write apiVersion/Kind, e.g. apps/v1/Deployment"
-        )),
     }
 }
 
@@ -231,13 +215,13 @@ mod tests {
                 .unwrap()
                 .contains_key("required_labels")
         );
-        let grants = audit.grants.to_runtime().unwrap();
+        let grants = audit.grants.to_policy().unwrap();
         assert!(grants.read.contains(&Gvk::new("", "v1", "Secret")));
         assert!(
             grants.write[&Gvk::new("apps", "v1", "Deployment")].contains(&WriteVerb::RecordEvent)
         );
         assert!(
-            parse_type("Deployment")
+            Gvk::parse("Deployment")
                 .unwrap_err()
                 .contains("apiVersion/Kind")
         );

@@ -16,12 +16,12 @@ use kubeplug_informer::factory::{InformerKey, SharedInformerFactory};
 use kubeplug_informer::informer::HandlerOptions;
 use kubeplug_informer::listener::{ListenerReceiver, Notification, NotificationBatch};
 use kubeplug_informer::reflector::ReflectorConfig;
+use kubeplug_runtime::Gvk;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::cli::RecordArgs;
-use crate::config::parse_type;
 use crate::replay::{Change, Format};
 use crate::run::{Backend, open_kube, open_local, shutdown_signal};
 
@@ -36,7 +36,7 @@ pub(crate) async fn record(args: RecordArgs) -> anyhow::Result<()> {
     let types = args
         .resources
         .iter()
-        .map(|text| parse_type(text).map_err(|e| anyhow!("--resource {e}")))
+        .map(|text| Gvk::parse(text).map_err(|e| anyhow!("--resource {e}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let cancel = CancellationToken::new();
     let cluster = match &args.cluster.local {
@@ -111,7 +111,7 @@ pub(crate) async fn record(args: RecordArgs) -> anyhow::Result<()> {
     cancel.cancel();
     drop(subscriptions);
     factory.shutdown().await;
-    if let Backend::Local { watching } = cluster.backend {
+    if let Backend::Local { watching, .. } = cluster.backend {
         let _ = watching.await;
     }
     Ok(())

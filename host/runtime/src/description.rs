@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kubeplug_informer::selector::{FieldSelector, LabelSelector};
+use kubeplug_policy::WriteVerb;
 
 use crate::bindings::guest;
 use crate::gvk::Gvk;
@@ -145,39 +146,6 @@ pub enum IndexSource {
     OwnerUid,
     /// A path into the object.
     Path(IndexPath),
-}
-
-/// A kind of write.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum WriteVerb {
-    /// Server-side apply.
-    Apply,
-    /// Patch of the object.
-    Patch,
-    /// Patch of its status subresource.
-    PatchStatus,
-    /// Create.
-    Create,
-    /// Delete.
-    Delete,
-    /// Record a Kubernetes Event about objects of the type.
-    RecordEvent,
-}
-
-impl std::fmt::Display for WriteVerb {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Apply => "apply",
-            Self::Patch => "patch",
-            Self::PatchStatus => "patch-status",
-            Self::Create => "create",
-            Self::Delete => "delete",
-            Self::RecordEvent => "record-event",
-        })
-    }
 }
 
 /// The most subscriptions a plugin may declare: 32. Each one is an informer handler (and

@@ -10,10 +10,11 @@ use kubeplug_informer::indexer::IndexHandle;
 use wasmtime::component::Component;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
+use crate::Grants;
 use crate::bindings::{self, guest, wit};
 use crate::description::{Description, DescriptionError};
 use crate::engine::{CompileSource, LiveToken, Runtime};
-use crate::grants::{Grants, Policy};
+use crate::grants::{self, Policy};
 use crate::gvk::Gvk;
 use crate::index::informer_spec;
 use crate::state::{HostContext, LogBudget, StoreState};
@@ -284,7 +285,7 @@ impl Runtime {
                 path: path.clone(),
                 source: Box::new(source),
             })?;
-        let shortfall = spec.grants.shortfall(&description);
+        let shortfall = grants::shortfall(&spec.grants, &description);
         if !shortfall.is_empty() {
             tracing::warn!(
                 plugin = %description.name, path = %path.display(),

@@ -1,7 +1,8 @@
 //! Checks for the host configuration file: written by people, templated by deploy tools,
 //! mounted from ConfigMaps; it decides what each plugin may read and write.
 
-use kubeplug_config::{Config, PluginDefaults, parse_type};
+use kubeplug_config::{Config, PluginDefaults};
+use kubeplug_policy::Gvk;
 
 /// A configuration file's text.
 ///
@@ -51,14 +52,14 @@ pub fn config_file(data: &[u8]) {
             .read
             .iter()
             .chain(plugin.grants.write.keys())
-            .map(|text| (text, parse_type(text)));
+            .map(|text| (text, Gvk::parse(text)));
         let first_bad = typed.clone().find_map(|(_, parsed)| parsed.err());
-        match (plugin.grants.to_runtime(), first_bad) {
+        match (plugin.grants.to_policy(), first_bad) {
             (Ok(grants), None) => {
                 for (text, parsed) in typed {
                     let gvk = parsed.expect("checked above");
                     assert_eq!(&gvk.to_string(), text, "{gvk:?} prints as written");
-                    assert_eq!(parse_type(&gvk.to_string()), Ok(gvk.clone()));
+                    assert_eq!(Gvk::parse(&gvk.to_string()), Ok(gvk.clone()));
                     let granted = grants.read.contains(&gvk) || grants.write.contains_key(&gvk);
                     assert!(granted || write_of_no_verb(&config, name, text), "{text}");
                 }

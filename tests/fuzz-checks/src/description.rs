@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use crate::input::Input;
 use kubeplug_informer::selector::{FieldSelector, LabelSelector};
-use kubeplug_runtime::Gvk;
 use kubeplug_runtime::description::{
     Delivery, Description, KeyMapping, MAX_INDEXES, MAX_RESOURCES, MAX_SUBSCRIPTIONS, MAX_TEXT,
-    MetaFields, RawDescription, RawIndex, RawIndexSpec, SubscriptionSpec, WriteVerb,
+    MetaFields, RawDescription, RawIndex, RawIndexSpec, SubscriptionSpec,
 };
 use kubeplug_runtime::index::IndexPath;
+use kubeplug_runtime::{Gvk, WriteVerb};
 
 /// Strings a description is likely to hold, valid and not: most picks come from here, so
 /// that the fuzzer reaches the checks past the name and the counts.

@@ -126,7 +126,7 @@ pub(crate) fn plugin_settings(
         .map(|table| serde_json::to_string(table).expect("TOML tables are JSON"))
         .unwrap_or_else(|| "{}".to_owned());
     let grants = section
-        .map(|s| s.grants.to_runtime())
+        .map(|s| s.grants.to_policy())
         .transpose()
         .map_err(|e| format!("grants of [plugins.{stem}]: {e}"))?
         .unwrap_or_default();

@@ -183,7 +183,8 @@ mod tests {
     use kubeplug_informer::resource::Resource;
 
     use super::*;
-    use crate::grants::{Grants, Policy};
+    use crate::Grants;
+    use crate::grants::Policy;
     use crate::host::{MAX_ANSWER, MAX_ARG};
     use crate::state::{HostContext, LogBudget};
     use crate::view::{IndexerMap, NoCluster};

@@ -1,9 +1,9 @@
 //! `kubeplug:plugin/cluster`: writes, each checked against the plugin's grants before it
 //! reaches the [`ClusterWriter`](crate::view::ClusterWriter).
 
+use crate::WriteVerb;
 use crate::bindings::kubeplug::plugin::cluster::{EventSeverity, Host, PatchType};
 use crate::bindings::wit::{Error, Gvk as WitGvk, ObjectRef as WitRef};
-use crate::description::WriteVerb;
 use crate::gvk::Gvk;
 use crate::state::StoreState;
 use crate::status::PluginStats;

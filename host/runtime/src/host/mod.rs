@@ -8,9 +8,10 @@ mod metrics;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use crate::Grants;
 use crate::bindings::kubeplug::plugin::{cache as cache_wit, cluster as cluster_wit};
 use crate::bindings::wit;
-use crate::grants::{Grants, Policy};
+use crate::grants::Policy;
 use crate::gvk::Gvk;
 use crate::state::{HostContext, LogBudget, StoreState};
 use crate::view::{CacheView, ClusterWriter, ObjectRef};
