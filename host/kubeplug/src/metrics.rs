@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use kubeplug_informer::factory::SharedInformerFactory;
 use kubeplug_informer::informer::SharedIndexInformer;
+use kubeplug_local::{ScanCounts, ScanReason};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -234,4 +235,56 @@ fn encode_plugin_series(
         }
     }
     Ok(())
+}
+
+/// Scans of the watched directories, by `reason` (`start`, `event`, `retry`, `rescan`,
+/// `requested`): `kubeplug_plugin_dir_scans_total` and, on the embedded local cluster,
+/// `kubeplug_local_manifest_scans_total`. An idle host adds only `rescan`s.
+#[derive(Debug)]
+pub(crate) struct ScanCollector {
+    plugin_dir: Arc<ScanCounts>,
+    manifests: Option<Arc<ScanCounts>>,
+}
+
+impl ScanCollector {
+    pub(crate) fn new(plugin_dir: Arc<ScanCounts>, manifests: Option<Arc<ScanCounts>>) -> Self {
+        Self {
+            plugin_dir,
+            manifests,
+        }
+    }
+}
+
+impl Collector for ScanCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let by_reason = |counts: &ScanCounts| {
+            ScanReason::ALL.map(|reason| (reason.as_str().to_owned(), counts.get(reason)))
+        };
+        let family = |name, help| Family {
+            name,
+            help,
+            kind: Kind::Counter(|n: &u64| *n),
+        };
+        encode(
+            &mut encoder,
+            "reason",
+            &by_reason(&self.plugin_dir),
+            &[family(
+                "kubeplug_plugin_dir_scans",
+                "Scans of the plugins directory, by what caused them.",
+            )],
+        )?;
+        if let Some(manifests) = &self.manifests {
+            encode(
+                &mut encoder,
+                "reason",
+                &by_reason(manifests),
+                &[family(
+                    "kubeplug_local_manifest_scans",
+                    "Scans of the local cluster's manifests, by what caused them.",
+                )],
+            )?;
+        }
+        Ok(())
+    }
 }

@@ -13,7 +13,7 @@ use kubeplug_kube::discovery::Discovery;
 use kubeplug_kube::lister::KubeSourceOptions;
 use kubeplug_kube::provider::KubeSourceProvider;
 use kubeplug_leader::{ElectionConfig, KubeLeases, LeaderElector};
-use kubeplug_local::LocalCluster;
+use kubeplug_local::{LocalCluster, ScanCounts, ScanReason};
 use kubeplug_runtime::view::BoxFuture;
 use kubeplug_runtime::{ClusterWriter, Gvk, Runtime, RuntimeConfig};
 use kubeplug_workqueue::WorkqueueMetrics;
@@ -28,7 +28,7 @@ use crate::cli::{ElectionArgs, RunArgs};
 use crate::config::Config;
 use crate::http::{HttpState, Readiness, serve};
 use crate::kube_writer::{KubeWriter, reporting_instance};
-use crate::metrics::{InformerCollector, PluginCollector};
+use crate::metrics::{InformerCollector, PluginCollector, ScanCollector};
 use crate::plugins::{DirConfig, Hints, PluginDir, PluginHost, Resolve, Resolver, watch};
 use crate::writer::LocalWriter;
 
@@ -44,6 +44,12 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.plugins.display()
         );
     }
+    let mut dir = PluginDir::new(&args.plugins, DirConfig::default()).with_context(|| {
+        format!(
+            "cannot open the plugins directory {}",
+            args.plugins.display()
+        )
+    })?;
     let http_address = match args.http.or(config.host.http) {
         Some(address) => address,
         None => DEFAULT_HTTP.parse().expect("a valid default address"),
@@ -91,6 +97,14 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         );
     }
     registry.register_collector(Box::new(InformerCollector::new(factory.clone())));
+    let manifest_scans = match &cluster.backend {
+        Backend::Local { scans, .. } => Some(scans.clone()),
+        Backend::Kube { .. } => None,
+    };
+    registry.register_collector(Box::new(ScanCollector::new(
+        dir.scan_counts(),
+        manifest_scans,
+    )));
     let queue_metrics = WorkqueueMetrics::register(&mut registry);
 
     let runtime = Runtime::new(RuntimeConfig {
@@ -134,17 +148,12 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         // Plugins load, and informers warm up, but nothing is delivered before the Lease.
         host.follow().await;
     }
-    let mut dir = PluginDir::new(&args.plugins, DirConfig::default()).with_context(|| {
-        format!(
-            "cannot open the plugins directory {}",
-            args.plugins.display()
-        )
-    })?;
     // Plugins present at start load before the host says it is ready, once every file
     // still being written has settled.
+    let mut reason = ScanReason::Start;
     loop {
         let scan = dir
-            .scan(Hints::default(), tokio::time::Instant::now())
+            .scan(reason, Hints::default(), tokio::time::Instant::now())
             .with_context(|| {
                 format!(
                     "cannot list the plugins directory {}",
@@ -157,6 +166,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
             Some(settled) => tokio::time::sleep_until(settled).await,
             None => break,
         }
+        reason = ScanReason::Retry;
     }
     let reloading = host.clone();
     let watch_cancel = cancel.child_token();
@@ -188,7 +198,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         election.resign().await;
     }
     cancel.cancel();
-    if let Backend::Local { watching } = cluster.backend {
+    if let Backend::Local { watching, .. } = cluster.backend {
         let _ = watching.await;
     }
     info!("stopped");
@@ -290,8 +300,12 @@ pub(crate) struct Cluster {
 
 /// What the run loop still needs of the cluster besides the three above.
 pub(crate) enum Backend {
-    /// The embedded local cluster; the task following its directory (ends on cancel).
-    Local { watching: JoinHandle<()> },
+    /// The embedded local cluster: the task following its directory (ends on cancel), and
+    /// its scans.
+    Local {
+        watching: JoinHandle<()>,
+        scans: Arc<ScanCounts>,
+    },
     /// A real cluster: the client to check it with, the discovery cache to fill.
     Kube {
         // Boxed: a kube client is some hundred bytes, the other variant eight.
@@ -310,11 +324,12 @@ pub(crate) fn open_local(dir: &Path, cancel: &CancellationToken) -> anyhow::Resu
     info!(dir = %dir.display(), objects = report.applied, "local cluster loaded");
     let watching = cluster.watch(cancel.child_token());
     let resolving = cluster.clone();
+    let scans = cluster.scan_counts();
     Ok(Cluster {
         provider: Arc::new(cluster.clone()),
         resolve: Arc::new(move |gvk: &Gvk| resolving.resolve(&gvk.api_version(), &gvk.kind)),
         writer: Arc::new(LocalWriter::new(cluster)),
-        backend: Backend::Local { watching },
+        backend: Backend::Local { watching, scans },
     })
 }
 

@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use kubeplug_informer::factory::{FactoryError, InformerKey, SourceProvider};
 use kubeplug_informer::memory::MemoryServer;
@@ -16,20 +15,11 @@ use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::selector::{FieldSelector, LabelSelector};
 use kubeplug_informer::source::{ListerWatcher, Status};
-use notify::Watcher;
 use serde::Deserialize as _;
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::kinds::KindRegistry;
-
-/// How often the directory is rescanned even without file-system events, as a safety net for
-/// volumes where notifications go missing.
-const RESCAN_EVERY: Duration = Duration::from_secs(30);
-
-/// How long to wait after a file-system event for the burst of writes to settle.
-const DEBOUNCE: Duration = Duration::from_millis(150);
+use crate::watch::{ScanCounts, ScanReason};
 
 /// The largest manifest file read: 16 MiB. The biggest published CRD bundles are a few MiB,
 /// and a parsed YAML tree takes several times its text, so a larger file is a mistake (a log,
@@ -170,6 +160,7 @@ pub struct LocalCluster {
     roots: Vec<PathBuf>,
     server: MemoryServer,
     state: Arc<Mutex<State>>,
+    scans: Arc<ScanCounts>,
 }
 
 impl std::fmt::Debug for LocalCluster {
@@ -203,8 +194,9 @@ impl LocalCluster {
             roots,
             server: MemoryServer::new(),
             state: Arc::default(),
+            scans: Arc::default(),
         };
-        let report = cluster.rescan();
+        let report = cluster.rescan(ScanReason::Start);
         Ok((cluster, report))
     }
 
@@ -234,9 +226,15 @@ impl LocalCluster {
             .expect("local cluster state poisoned by a panic")
     }
 
-    /// Brings the server in line with the directory. Blocking file I/O: call it off the
-    /// async threads (the watcher does).
-    pub fn rescan(&self) -> ScanReport {
+    /// How many scans ran, by reason.
+    pub fn scan_counts(&self) -> Arc<ScanCounts> {
+        self.scans.clone()
+    }
+
+    /// Brings the server in line with the directory, counting the scan under `reason`.
+    /// Blocking file I/O: call it off the async threads (the watcher does).
+    pub fn rescan(&self, reason: ScanReason) -> ScanReport {
+        self.scans.count(reason);
         let mut report = ScanReport::default();
         let mut paths = Vec::new();
         for root in &self.roots {
@@ -385,53 +383,6 @@ impl LocalCluster {
                 status: Box::new(status),
             }),
         }
-    }
-
-    /// Watches the directory until `cancel` fires: file-system events (debounced) and a
-    /// periodic rescan both lead to [`rescan`](Self::rescan), and one runs at once to catch
-    /// changes made since [`open`](Self::open). The file-system watch is in place when this
-    /// returns. Errors are logged.
-    pub fn watch(&self, cancel: CancellationToken) -> tokio::task::JoinHandle<()> {
-        // Capacity one: an event while a rescan is pending adds nothing (coalescing).
-        let (tx, mut rx) = mpsc::channel::<()>(1);
-        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if event.is_ok() {
-                let _ = tx.try_send(());
-            }
-        })
-        .and_then(|mut watcher| {
-            for root in &self.roots {
-                watcher.watch(root, notify::RecursiveMode::Recursive)?;
-            }
-            Ok(watcher)
-        })
-        .inspect_err(|error| {
-            warn!(roots = ?self.roots, %error, "cannot watch the manifests; rescanning every {RESCAN_EVERY:?} only");
-        })
-        .ok();
-        let cluster = self.clone();
-        tokio::spawn(async move {
-            let _watcher = watcher;
-            let mut tick = tokio::time::interval(RESCAN_EVERY);
-            loop {
-                tokio::select! {
-                    biased;
-                    () = cancel.cancelled() => return,
-                    Some(()) = rx.recv() => tokio::time::sleep(DEBOUNCE).await,
-                    _ = tick.tick() => {}
-                }
-                let scanning = cluster.clone();
-                let report = tokio::task::spawn_blocking(move || scanning.rescan()).await;
-                match report {
-                    Ok(report) => {
-                        for error in &report.errors {
-                            warn!(%error, "local cluster");
-                        }
-                    }
-                    Err(error) => warn!(%error, "local cluster rescan panicked"),
-                }
-            }
-        })
     }
 }
 
@@ -718,7 +669,7 @@ metadata:
         let huge = std::fs::File::create(dir.path().join("huge.yaml")).unwrap();
         huge.set_len(MAX_MANIFEST_BYTES + 1).unwrap();
         std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero.yaml")).unwrap();
-        let report = cluster.rescan();
+        let report = cluster.rescan(ScanReason::Requested);
         let mut messages: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
         messages.sort();
         assert_eq!(messages.len(), 2, "{messages:?}");
@@ -751,7 +702,7 @@ metadata:
         let rv_before = cluster.server().current_resource_version();
 
         // Unchanged files are not re-applied.
-        let report = cluster.rescan();
+        let report = cluster.rescan(ScanReason::Requested);
         assert_eq!((report.applied, report.deleted), (0, 0));
         assert_eq!(cluster.server().current_resource_version(), rv_before);
 
@@ -766,7 +717,7 @@ metadata:
             "more.yaml",
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\ndata:\n  a: b\n",
         );
-        let report = cluster.rescan();
+        let report = cluster.rescan(ScanReason::Requested);
         assert!(report.errors.is_empty(), "{:?}", report.errors);
         assert_eq!((report.applied, report.deleted), (2, 1));
         assert_eq!(keys(&cluster, &deployments()), ["default/web"]);
@@ -778,7 +729,7 @@ metadata:
         assert_eq!(web["spec"]["replicas"], 3);
 
         std::fs::remove_file(dir.path().join("more.yaml")).unwrap();
-        let report = cluster.rescan();
+        let report = cluster.rescan(ScanReason::Requested);
         assert_eq!(report.deleted, 1);
         let configmaps = Resource::new("", "v1", "ConfigMap", "configmaps", true);
         assert!(keys(&cluster, &configmaps).is_empty());
@@ -794,7 +745,7 @@ metadata:
             "apps.yaml",
             "apiVersion: apps/v1\nkind: [unclosed\n",
         );
-        let report = cluster.rescan();
+        let report = cluster.rescan(ScanReason::Requested);
         assert_eq!(report.errors.len(), 1);
         let message = report.errors[0].to_string();
         assert!(
@@ -855,7 +806,7 @@ metadata:
                 .contains("b.yaml declares apps/v1/deployments default/web")
         );
         std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
-        cluster.rescan();
+        cluster.rescan(ScanReason::Requested);
         assert_eq!(
             keys(&cluster, &deployments()),
             ["default/web"],
@@ -883,82 +834,5 @@ metadata:
                 .to_string()
                 .contains("/nonexistent/kubeplug-manifests")
         );
-    }
-
-    /// Waits (real time, bounded) for the next notification and describes it.
-    async fn next_change(
-        subscription: &mut kubeplug_informer::factory::Subscription,
-    ) -> (String, String) {
-        use kubeplug_informer::listener::Notification;
-        let batch = tokio::time::timeout(Duration::from_secs(20), subscription.recv_batch(1))
-            .await
-            .expect("a change within 20 s")
-            .expect("subscribed");
-        let kind = match &batch[0] {
-            Notification::Add { .. } => "add",
-            Notification::Update { .. } => "update",
-            Notification::Delete { .. } => "delete",
-        };
-        (kind.to_owned(), batch[0].key().to_string())
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn file_changes_reach_an_informer_as_add_update_delete() {
-        use kubeplug_informer::factory::SharedInformerFactory;
-        use kubeplug_informer::informer::HandlerOptions;
-        use kubeplug_informer::reflector::ReflectorConfig;
-
-        let dir = tempfile::tempdir().unwrap();
-        write(
-            dir.path(),
-            "web.yaml",
-            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n",
-        );
-        let (cluster, _) = LocalCluster::open(dir.path()).unwrap();
-        let cancel = CancellationToken::new();
-        let watching = cluster.watch(cancel.clone());
-        let factory =
-            SharedInformerFactory::new(Arc::new(cluster.clone()), ReflectorConfig::default());
-        let mut deployments = factory
-            .subscribe(
-                InformerKey::all(super::tests::deployments()),
-                HandlerOptions::default(),
-            )
-            .unwrap();
-        assert_eq!(
-            next_change(&mut deployments).await,
-            ("add".into(), "default/web".into())
-        );
-
-        write(
-            dir.path(),
-            "web.yaml",
-            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n",
-        );
-        assert_eq!(
-            next_change(&mut deployments).await,
-            ("update".into(), "default/web".into())
-        );
-
-        write(
-            dir.path(),
-            "api.yaml",
-            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: api\n",
-        );
-        assert_eq!(
-            next_change(&mut deployments).await,
-            ("add".into(), "default/api".into())
-        );
-
-        std::fs::remove_file(dir.path().join("web.yaml")).unwrap();
-        assert_eq!(
-            next_change(&mut deployments).await,
-            ("delete".into(), "default/web".into())
-        );
-
-        cancel.cancel();
-        watching.await.unwrap();
-        drop(deployments);
-        factory.shutdown().await;
     }
 }

@@ -18,6 +18,8 @@
 
 mod cluster;
 mod kinds;
+mod watch;
 
 pub use cluster::{LocalCluster, LocalError, MAX_MANIFEST_BYTES, ScanReport, scope_namespace};
 pub use kinds::KindRegistry;
+pub use watch::{ScanCounts, ScanReason, can_change_files};

@@ -12,11 +12,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use kubeplug_local::{ScanCounts, ScanReason, can_change_files};
 use sha2::{Digest as _, Sha256};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{debug, warn};
 
 /// The largest plugin file read: 128 MiB. The largest plugins, Python ones with their
 /// interpreter inside, are about 20 MB; a file several times that size is not a plugin, and
@@ -181,6 +182,8 @@ pub(crate) struct PluginDir {
     canonical: PathBuf,
     config: DirConfig,
     tracked: BTreeMap<PathBuf, Tracked>,
+    /// Written only by [`scan`](Self::scan).
+    scans: Arc<ScanCounts>,
 }
 
 /// One scan's result.
@@ -207,6 +210,7 @@ impl PluginDir {
             canonical,
             config,
             tracked: BTreeMap::new(),
+            scans: Arc::default(),
         })
     }
 
@@ -214,7 +218,11 @@ impl PluginDir {
         &self.dir
     }
 
-    /// Looks at every file now; `hints` are consumed.
+    /// How many scans ran, by reason.
+    pub(crate) fn scan_counts(&self) -> Arc<ScanCounts> {
+        self.scans.clone()
+    }
+
     /// Forgets what was handed out for `paths`, so that the next scan hands their content
     /// out again even though it did not change: for loads that failed on something outside
     /// the file (a type not served yet, a name another file holds).
@@ -226,7 +234,14 @@ impl PluginDir {
         }
     }
 
-    pub(crate) fn scan(&mut self, hints: Hints, now: Instant) -> std::io::Result<Scan> {
+    /// Looks at every file now, counting the scan under `reason`; `hints` are consumed.
+    pub(crate) fn scan(
+        &mut self,
+        reason: ScanReason,
+        hints: Hints,
+        now: Instant,
+    ) -> std::io::Result<Scan> {
+        self.scans.count(reason);
         let mut changes = Vec::new();
         let mut recheck_at: Option<Instant> = None;
         let mut seen = BTreeSet::new();
@@ -384,13 +399,40 @@ fn read_stable(path: &Path, stat: Stat) -> std::io::Result<Option<Vec<u8>>> {
     Ok((after == stat && bytes.len() as u64 == stat.len).then_some(bytes))
 }
 
+/// Whether `event` can change what a scan of `dir` hands out, so that it is worth one: a
+/// change ([`can_change_files`]) to a visible entry or to `dir` itself, a rename of a hidden
+/// one (the `..data` swap of a ConfigMap volume), or an event naming nothing (the kernel's
+/// queue overflowed). Scans read the directory and its files; the accesses that causes are
+/// never a reason, so a scan cannot wake the next one.
+fn wakes_scan(dir: &Path, event: &notify::Event) -> bool {
+    use notify::EventKind;
+    use notify::event::ModifyKind;
+    if !can_change_files(&event.kind) {
+        return false;
+    }
+    let renamed = matches!(event.kind, EventKind::Modify(ModifyKind::Name(_)));
+    event.paths.is_empty()
+        || event.paths.iter().any(|path| {
+            path == dir
+                || path
+                    .file_name()
+                    .is_none_or(|name| renamed || !name.to_string_lossy().starts_with('.'))
+        })
+}
+
+/// What the watch loop does next.
+enum State {
+    /// Look at the directory now.
+    Scan(ScanReason),
+    /// Until a file-system event, or `until` (a settling file's re-check, or the periodic
+    /// rescan), which is a scan for `reason`.
+    Wait { until: Instant, reason: ScanReason },
+}
+
 /// Hands the scanner's changes to `apply` until `cancel` fires. `apply` returns the files
 /// whose load is worth trying again unchanged (see [`PluginDir::retry`]): the periodic
-/// rescan hands them out again.
-///
-/// Loop states: `Scan` (look at the directory now), `Wait` (until a file-system event, a
-/// settling file's re-check, or the periodic rescan). The first scan runs at once; its
-/// changes are everything present.
+/// rescan hands them out again. The first scan runs at once; its changes are everything
+/// present.
 pub(crate) async fn watch<F, Fut>(mut dir: PluginDir, cancel: CancellationToken, mut apply: F)
 where
     F: FnMut(Vec<Change>) -> Fut,
@@ -403,11 +445,21 @@ where
     let watcher = {
         let (hints, wake, root) = (hints.clone(), wake.clone(), dir.path().to_owned());
         notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if let Ok(event) = event {
-                hints
-                    .lock()
-                    .expect("hints lock poisoned")
-                    .record(&root, &event);
+            let wakes = match event {
+                Ok(event) => {
+                    hints
+                        .lock()
+                        .expect("hints lock poisoned")
+                        .record(&root, &event);
+                    wakes_scan(&root, &event)
+                }
+                // Events may have been lost: look at the directory.
+                Err(error) => {
+                    debug!(dir = %root.display(), %error, "plugins directory watcher");
+                    true
+                }
+            };
+            if wakes {
                 wake.notify_one();
             }
         })
@@ -423,19 +475,15 @@ where
     };
     let _watcher = watcher;
 
-    enum State {
-        Scan,
-        Wait { until: Instant },
-    }
-    let mut state = State::Scan;
+    let mut state = State::Scan(ScanReason::Start);
     loop {
         state = match state {
-            State::Scan => {
+            State::Scan(reason) => {
                 let taken = std::mem::take(&mut *hints.lock().expect("hints lock poisoned"));
                 let now = Instant::now();
                 let next_rescan = now + dir.config.rescan_every;
                 let scanning = tokio::task::spawn_blocking(move || {
-                    let scanned = dir.scan(taken, now);
+                    let scanned = dir.scan(reason, taken, now);
                     (dir, scanned)
                 });
                 let scanned;
@@ -445,364 +493,41 @@ where
                     Err(error) if error.is_cancelled() => return,
                     Err(error) => std::panic::resume_unwind(error.into_panic()),
                 };
+                let rescan = State::Wait {
+                    until: next_rescan,
+                    reason: ScanReason::Rescan,
+                };
                 match scanned {
                     Ok(scan) => {
                         if !scan.changes.is_empty() {
                             let retry = apply(scan.changes).await;
                             dir.retry(&retry);
                         }
-                        State::Wait {
-                            until: scan.recheck_at.map_or(next_rescan, |t| t.min(next_rescan)),
+                        match scan.recheck_at {
+                            Some(at) if at < next_rescan => State::Wait {
+                                until: at,
+                                reason: ScanReason::Retry,
+                            },
+                            _ => rescan,
                         }
                     }
                     Err(error) => {
                         warn!(dir = %dir.path().display(), %error, "cannot list the plugins directory");
-                        State::Wait { until: next_rescan }
+                        rescan
                     }
                 }
             }
-            State::Wait { until } => {
+            State::Wait { until, reason } => {
                 tokio::select! {
                     biased;
                     () = cancel.cancelled() => return,
-                    () = wake.notified() => {}
-                    () = tokio::time::sleep_until(until) => {}
+                    () = wake.notified() => State::Scan(ScanReason::Event),
+                    () = tokio::time::sleep_until(until) => State::Scan(reason),
                 }
-                State::Scan
             }
         };
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use std::os::unix::fs::symlink;
-
-    use super::*;
-
-    const SETTLE: Duration = Duration::from_millis(100);
-
-    fn scanner(dir: &Path) -> PluginDir {
-        PluginDir::new(
-            dir,
-            DirConfig {
-                settle: SETTLE,
-                rescan_every: Duration::from_secs(60),
-                max_file_size: 1024,
-            },
-        )
-        .unwrap()
-    }
-
-    /// Writes `bytes` to `path` and dates it `age` back, as if written then.
-    fn write_aged(path: &Path, bytes: &[u8], age: Duration) {
-        std::fs::write(path, bytes).unwrap();
-        let file = std::fs::File::options().write(true).open(path).unwrap();
-        file.set_modified(SystemTime::now() - age).unwrap();
-    }
-
-    fn names(changes: &[Change]) -> Vec<String> {
-        changes
-            .iter()
-            .map(|change| {
-                let (kind, path) = match change {
-                    Change::Present(content) => ("present", &content.path),
-                    Change::Rejected { path, .. } => ("rejected", path),
-                    Change::Removed(path) => ("removed", path),
-                };
-                format!("{kind} {}", path.file_name().unwrap().to_string_lossy())
-            })
-            .collect()
-    }
-
-    fn renamed(path: &Path) -> Hints {
-        let mut hints = Hints::default();
-        hints.renamed.insert(path.to_owned());
-        hints
-    }
-
-    #[test]
-    fn only_plugin_files_count_and_old_files_are_complete_at_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let old = Duration::from_secs(5);
-        for name in [
-            "a.wasm",
-            ".hidden.wasm",
-            "notes.txt",
-            "b.wasm~",
-            "#c.wasm#",
-            ".wasm",
-        ] {
-            write_aged(&dir.path().join(name), b"\0asm", old);
-        }
-        std::fs::create_dir(dir.path().join("d.wasm")).unwrap();
-        let mut plugins = scanner(dir.path());
-        let scan = plugins.scan(Hints::default(), Instant::now()).unwrap();
-        assert_eq!(names(&scan.changes), ["present a.wasm", "rejected d.wasm"]);
-        let Change::Rejected { error, .. } = &scan.changes[1] else {
-            unreachable!()
-        };
-        assert_eq!(error, "it is not a regular file");
-        let again = plugins.scan(Hints::default(), Instant::now()).unwrap();
-        assert!(
-            again.changes.is_empty(),
-            "nothing is handed out twice: {:?}",
-            names(&again.changes)
-        );
-    }
-
-    #[test]
-    fn a_file_written_in_place_waits_for_the_settle_window() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("p.wasm");
-        let mut plugins = scanner(dir.path());
-        let start = Instant::now();
-        std::fs::write(&path, b"half").unwrap();
-        let scan = plugins.scan(Hints::default(), start).unwrap();
-        assert!(scan.changes.is_empty());
-        assert_eq!(scan.recheck_at, Some(start + SETTLE));
-        // More bytes arrive before the window ends: the window starts again.
-        std::fs::write(&path, b"half and the rest").unwrap();
-        let later = start + SETTLE / 2;
-        assert!(
-            plugins
-                .scan(Hints::default(), later)
-                .unwrap()
-                .changes
-                .is_empty()
-        );
-        let scan = plugins.scan(Hints::default(), later + SETTLE).unwrap();
-        match &scan.changes[..] {
-            [Change::Present(content)] => assert_eq!(content.bytes, b"half and the rest"),
-            other => panic!("expected the complete file, got {:?}", names(other)),
-        }
-    }
-
-    #[test]
-    fn a_renamed_file_is_complete_at_once_and_unchanged_content_is_skipped() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("p.wasm");
-        let mut plugins = scanner(dir.path());
-        let tmp = dir.path().join(".p.wasm.tmp");
-        std::fs::write(&tmp, b"v1").unwrap();
-        std::fs::rename(&tmp, &path).unwrap();
-        let scan = plugins.scan(renamed(&path), Instant::now()).unwrap();
-        assert_eq!(names(&scan.changes), ["present p.wasm"]);
-        // The same bytes again (a new inode): read, hashed, not handed out.
-        std::fs::write(&tmp, b"v1").unwrap();
-        std::fs::rename(&tmp, &path).unwrap();
-        assert!(
-            plugins
-                .scan(renamed(&path), Instant::now())
-                .unwrap()
-                .changes
-                .is_empty()
-        );
-        std::fs::remove_file(&path).unwrap();
-        let scan = plugins.scan(Hints::default(), Instant::now()).unwrap();
-        assert_eq!(names(&scan.changes), ["removed p.wasm"]);
-    }
-
-    #[test]
-    fn symlinks_are_followed_only_inside_the_directory() {
-        let dir = tempfile::tempdir().unwrap();
-        let outside = tempfile::tempdir().unwrap();
-        let secret = outside.path().join("secret");
-        std::fs::write(&secret, b"not yours").unwrap();
-        let old = Duration::from_secs(5);
-        write_aged(&dir.path().join("real.bin"), b"\0asm", old);
-        symlink("real.bin", dir.path().join("inside.wasm")).unwrap();
-        symlink(&secret, dir.path().join("outside.wasm")).unwrap();
-        symlink("/dev/null", dir.path().join("device.wasm")).unwrap();
-        symlink("missing", dir.path().join("dangling.wasm")).unwrap();
-        write_aged(&dir.path().join("huge.wasm"), &[0; 2048], old);
-        let scan = scanner(dir.path())
-            .scan(Hints::default(), Instant::now())
-            .unwrap();
-        let mut found: Vec<(String, String)> = scan
-            .changes
-            .iter()
-            .map(|change| match change {
-                Change::Present(content) => (
-                    content.path.file_name().unwrap().to_string_lossy().into(),
-                    "present".into(),
-                ),
-                Change::Rejected { path, error } => (
-                    path.file_name().unwrap().to_string_lossy().into(),
-                    error.clone(),
-                ),
-                Change::Removed(_) => unreachable!(),
-            })
-            .collect();
-        found.sort();
-        assert_eq!(found[0].0, "dangling.wasm");
-        assert!(found[0].1.contains("does not resolve"), "{}", found[0].1);
-        assert_eq!(found[1].0, "device.wasm");
-        assert!(
-            found[1].1.contains("outside the plugins directory"),
-            "{}",
-            found[1].1
-        );
-        assert_eq!(found[2].0, "huge.wasm");
-        assert!(
-            found[2].1.contains("2048 bytes, more than the 1024"),
-            "{}",
-            found[2].1
-        );
-        assert_eq!(found[3], ("inside.wasm".into(), "present".into()));
-        assert_eq!(found[4].0, "outside.wasm");
-        assert!(found[4].1.contains("symlink to"), "{}", found[4].1);
-        assert!(found[4].1.contains("outside the plugins directory"));
-    }
-
-    /// A plugin file replaced by a link leaving the directory (to `/etc/shadow`), by a link
-    /// to a device, or by a link to a socket inside it is rejected each time, never removed
-    /// (so the version serving stays) and never read; a regular file again is loaded again.
-    #[test]
-    fn a_plugin_swapped_for_a_link_to_a_secret_or_a_device_is_rejected_not_removed() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("p.wasm");
-        let old = Duration::from_secs(5);
-        write_aged(&path, b"\0asm v1", old);
-        let mut plugins = scanner(dir.path());
-        let scan = plugins.scan(Hints::default(), Instant::now()).unwrap();
-        assert_eq!(names(&scan.changes), ["present p.wasm"]);
-        let _socket = std::os::unix::net::UnixListener::bind(dir.path().join("sock")).unwrap();
-        for (target, expected) in [
-            (
-                "/etc/shadow",
-                "symlink to /etc/shadow, outside the plugins directory",
-            ),
-            (
-                "/dev/zero",
-                "symlink to /dev/zero, outside the plugins directory",
-            ),
-            ("sock", "not a regular file"),
-        ] {
-            let swap = dir.path().join(".swap");
-            symlink(target, &swap).unwrap();
-            std::fs::rename(&swap, &path).unwrap();
-            let scan = plugins.scan(renamed(&path), Instant::now()).unwrap();
-            match &scan.changes[..] {
-                [
-                    Change::Rejected {
-                        path: rejected,
-                        error,
-                    },
-                ] => {
-                    assert_eq!(rejected, &path);
-                    assert!(error.contains(expected), "{target}: {error}");
-                }
-                other => panic!("{target}: expected a rejection, got {:?}", names(other)),
-            }
-        }
-        write_aged(&dir.path().join(".swap"), b"\0asm v1", old);
-        std::fs::rename(dir.path().join(".swap"), &path).unwrap();
-        let scan = plugins.scan(renamed(&path), Instant::now()).unwrap();
-        assert_eq!(names(&scan.changes), ["present p.wasm"]);
-    }
-
-    /// The race `resolve` cannot see: the file is swapped for a link to an endless device
-    /// after it was checked. The read notices before reading anything.
-    #[test]
-    fn a_file_swapped_after_its_check_is_not_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("p.wasm");
-        std::fs::write(&path, b"\0asm v1").unwrap();
-        let checked = Stat::of(&std::fs::metadata(&path).unwrap());
-        std::fs::remove_file(&path).unwrap();
-        symlink("/dev/zero", &path).unwrap();
-        assert_eq!(read_stable(&path, checked).unwrap(), None);
-    }
-
-    #[test]
-    fn a_file_over_the_default_size_cap_is_rejected_unread_naming_the_cap() {
-        let dir = tempfile::tempdir().unwrap();
-        let cap = DirConfig::default().max_file_size;
-        // Sparse: over the cap without writing it.
-        let huge = std::fs::File::create(dir.path().join("huge.wasm")).unwrap();
-        huge.set_len(cap + 1).unwrap();
-        huge.set_modified(SystemTime::now() - Duration::from_secs(5))
-            .unwrap();
-        let mut plugins = PluginDir::new(dir.path(), DirConfig::default()).unwrap();
-        let scan = plugins.scan(Hints::default(), Instant::now()).unwrap();
-        match &scan.changes[..] {
-            [Change::Rejected { path, error }] => {
-                assert_eq!(path, &dir.path().join("huge.wasm"));
-                assert_eq!(
-                    error,
-                    &format!(
-                        "it is {} bytes, more than the {cap} allowed for a plugin file",
-                        cap + 1
-                    )
-                );
-            }
-            other => panic!("expected a rejection, got {:?}", names(other)),
-        }
-    }
-
-    /// The kubelet's atomic writer: files live in a timestamped directory, `..data` links to
-    /// it, and each visible file links through `..data`. An update writes a new directory and
-    /// renames a new `..data` link over the old one.
-    #[test]
-    fn a_configmap_volume_swap_hands_out_exactly_the_changed_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        let version = |name: &str, files: &[(&str, &[u8])]| {
-            std::fs::create_dir(root.join(name)).unwrap();
-            for (file, bytes) in files {
-                std::fs::write(root.join(name).join(file), bytes).unwrap();
-            }
-        };
-        version("..2026_11_29_v1", &[("a.wasm", b"a1"), ("b.wasm", b"b1")]);
-        symlink("..2026_11_29_v1", root.join("..data")).unwrap();
-        symlink("..data/a.wasm", root.join("a.wasm")).unwrap();
-        symlink("..data/b.wasm", root.join("b.wasm")).unwrap();
-        let mut plugins = scanner(root);
-        let swapped = || Hints {
-            swapped: true,
-            ..Hints::default()
-        };
-        let scan = plugins.scan(swapped(), Instant::now()).unwrap();
-        assert_eq!(names(&scan.changes), ["present a.wasm", "present b.wasm"]);
-
-        version("..2026_11_29_v2", &[("a.wasm", b"a1"), ("b.wasm", b"b2")]);
-        symlink("..2026_11_29_v2", root.join("..data_tmp")).unwrap();
-        std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
-        std::fs::remove_dir_all(root.join("..2026_11_29_v1")).unwrap();
-        let scan = plugins.scan(swapped(), Instant::now()).unwrap();
-        match &scan.changes[..] {
-            [Change::Present(content)] => {
-                assert_eq!(content.path, root.join("b.wasm"));
-                assert_eq!(content.bytes, b"b2");
-            }
-            other => panic!("expected only b.wasm, got {:?}", names(other)),
-        }
-    }
-
-    #[test]
-    fn rename_events_become_hints() {
-        use notify::event::{ModifyKind, RenameMode};
-        let dir = Path::new("/plugins");
-        let event = |mode, paths: &[&str]| {
-            let mut event = notify::Event::new(notify::EventKind::Modify(ModifyKind::Name(mode)));
-            event.paths = paths.iter().map(PathBuf::from).collect();
-            event
-        };
-        let mut hints = Hints::default();
-        hints.record(dir, &event(RenameMode::To, &["/plugins/a.wasm"]));
-        hints.record(dir, &event(RenameMode::From, &["/plugins/gone.wasm"]));
-        hints.record(
-            dir,
-            &event(RenameMode::Both, &["/elsewhere/x", "/plugins/b.wasm"]),
-        );
-        hints.record(dir, &event(RenameMode::To, &["/plugins/sub/c.wasm"]));
-        assert!(!hints.swapped);
-        assert_eq!(
-            hints.renamed.iter().collect::<Vec<_>>(),
-            [Path::new("/plugins/a.wasm"), Path::new("/plugins/b.wasm")]
-        );
-        hints.record(dir, &event(RenameMode::To, &["/plugins/..data"]));
-        assert!(hints.swapped);
-    }
-}
+mod tests;

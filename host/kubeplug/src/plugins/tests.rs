@@ -983,7 +983,9 @@ async fn a_plugin_for_a_type_not_served_yet_loads_once_its_crd_is_installed() {
         "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.example.com\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {kind: Widget, plural: widgets}\n  versions: [{name: v1, served: true, storage: true}]\n",
     )
     .unwrap();
-    harness.cluster.rescan();
+    harness
+        .cluster
+        .rescan(kubeplug_local::ScanReason::Requested);
     eventually("the unchanged file loads", LONG, || {
         harness
             .report("recorder.wasm")
