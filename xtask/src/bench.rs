@@ -157,6 +157,14 @@ pub const SCENARIOS: &[Scenario] = &[
         quick: &[("KUBEPLUG_BENCH_OPS", "100000")],
     },
     Scenario {
+        name: "idle",
+        package: "kubeplug",
+        bench: "idle",
+        kind: Kind::Bench,
+        one_core: false,
+        quick: &[("KUBEPLUG_BENCH_IDLE_SECONDS", "10")],
+    },
+    Scenario {
         name: "hot-swap",
         package: "kubeplug",
         bench: "kubeplug",
@@ -227,6 +235,9 @@ pub const TARGETS: &[(&str, Bound)] = &[
     // P5: a hot swap loses and duplicates nothing.
     ("hot_swap.lost", Bound::ValueAtMost(0.0)),
     ("hot_swap.duplicated", Bound::ValueAtMost(0.0)),
+    // An idle host (issue 27): under 1 % of a core, locally and against an API server.
+    ("idle.local.cpu_share", Bound::ValueAtMost(1.0)),
+    ("idle.kube.cpu_share", Bound::ValueAtMost(1.0)),
     // P2/P3: the cache against kube-rs's reflector store, and against the JSON it holds.
     ("cache_memory.kubeplug_vs_kube_rs", Bound::ValueAtMost(0.5)),
     (

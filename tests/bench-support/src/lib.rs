@@ -5,7 +5,7 @@
 //! - [`Figure`]: the one JSON line per figure that `cargo xtask bench` collects;
 //! - [`Run`]: a full `cargo bench` run or a `cargo test` smoke run, and the size knobs
 //!   (`KUBEPLUG_BENCH_*`) that apply in a full run;
-//! - [`median`], [`rss_bytes`], [`peak_rss_bytes`].
+//! - [`median`], [`rss_bytes`], [`peak_rss_bytes`], [`cpu_time`].
 
 mod pod;
 
@@ -182,9 +182,49 @@ pub fn peak_rss_bytes() -> u64 {
         .map_or(0, |kib| kib * 1024)
 }
 
+/// The CPU time process `pid` has used so far, user and system, its threads (also those that
+/// ended) included, from `/proc/<pid>/stat`; `None` where there is none. Resolution: one
+/// clock tick (`getconf CLK_TCK`, usually 10 ms).
+pub fn cpu_time(pid: u32) -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name, field 2, is in parentheses and may hold spaces: count from after it.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // utime and stime are fields 14 and 15; `fields[0]` is field 3.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    let per_second = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|out| {
+            String::from_utf8(out.stdout)
+                .ok()?
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .filter(|&hz| hz > 0)
+        .unwrap_or(100);
+    Some(std::time::Duration::from_secs_f64(
+        ticks as f64 / per_second as f64,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_time_grows_with_work_done() {
+        let before = cpu_time(std::process::id()).unwrap();
+        let started = std::time::Instant::now();
+        let mut x = 0u64;
+        while started.elapsed() < std::time::Duration::from_millis(100) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let after = cpu_time(std::process::id()).unwrap();
+        assert!(after > before, "{before:?} then {after:?}");
+        assert_eq!(cpu_time(u32::MAX), None);
+    }
 
     #[test]
     fn figure_line_has_the_collected_shape() {
