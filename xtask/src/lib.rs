@@ -32,6 +32,7 @@ use std::time::SystemTime;
 use anyhow::{Context, Result, bail};
 
 pub mod bench;
+pub mod boundaries;
 mod c;
 mod javascript;
 mod python;
