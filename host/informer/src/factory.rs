@@ -10,9 +10,13 @@ use crate::listener::{ListenerId, ListenerReceiver};
 use crate::object::ObjectDecoder;
 use crate::reflector::{ReflectorConfig, WatchErrorHandler};
 use crate::resource::Resource;
+use crate::selector::{FieldSelector, LabelSelector, SelectorError};
 use crate::source::ListerWatcher;
 
 /// What identifies a shared informer: N handlers with the same key cost one watch.
+///
+/// The factory compares keys by the canonical text of their selectors
+/// ([`canonical`](Self::canonical)): `a=b,c=d` and `c=d, a=b` name one informer.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct InformerKey {
     /// The resource watched.
@@ -35,6 +39,35 @@ impl InformerKey {
             field_selector: None,
         }
     }
+
+    /// The same key with each selector in its canonical text (requirements sorted and
+    /// deduplicated, the API server's syntax), and an empty selector as none; an error when
+    /// a selector does not parse.
+    pub fn canonical(&self) -> Result<Self, FactoryError> {
+        let invalid = |source| FactoryError::InvalidSelector {
+            key: self.to_string(),
+            source,
+        };
+        let canonical = |text: &Option<String>,
+                         parse: fn(&str) -> Result<String, SelectorError>| {
+            text.as_deref()
+                .map(parse)
+                .transpose()
+                .map(|text| text.filter(|text| !text.is_empty()))
+        };
+        Ok(Self {
+            resource: self.resource.clone(),
+            namespace: self.namespace.clone(),
+            label_selector: canonical(&self.label_selector, |text| {
+                LabelSelector::parse(text).map(|s| s.to_string())
+            })
+            .map_err(invalid)?,
+            field_selector: canonical(&self.field_selector, |text| {
+                FieldSelector::parse(text).map(|s| s.to_string())
+            })
+            .map_err(invalid)?,
+        })
+    }
 }
 
 impl fmt::Display for InformerKey {
@@ -56,6 +89,15 @@ impl fmt::Display for InformerKey {
 /// Why a subscription could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum FactoryError {
+    /// A selector of the key does not parse.
+    #[error("cannot watch {key}: {source}")]
+    InvalidSelector {
+        /// What was asked for.
+        key: String,
+        /// Why the selector was refused.
+        #[source]
+        source: SelectorError,
+    },
     /// The source could not serve this key (unknown resource, bad selector, ...).
     #[error("cannot watch {key}: {reason}")]
     SourceUnavailable {
@@ -182,6 +224,7 @@ impl SharedInformerFactory {
         key: InformerKey,
         options: HandlerOptions,
     ) -> Result<Subscription, FactoryError> {
+        let key = key.canonical()?;
         let informer = self.inner.acquire(&key)?;
         let receiver = informer.add_handler(options);
         Ok(Subscription {
@@ -196,6 +239,7 @@ impl SharedInformerFactory {
     /// Keeps the informer for `key` running (creating it if needed) without a handler: for
     /// readers of its cache. Must be called within a tokio runtime.
     pub fn lease(&self, key: InformerKey) -> Result<InformerLease, FactoryError> {
+        let key = key.canonical()?;
         let informer = self.inner.acquire(&key)?;
         Ok(InformerLease {
             informer,
@@ -206,10 +250,11 @@ impl SharedInformerFactory {
 
     /// The running informer for `key`, if any.
     pub fn informer(&self, key: &InformerKey) -> Option<SharedIndexInformer> {
-        self.inner.informers().get(key).map(|s| s.informer.clone())
+        let key = key.canonical().ok()?;
+        self.inner.informers().get(&key).map(|s| s.informer.clone())
     }
 
-    /// Keys of the running informers.
+    /// Keys of the running informers, selectors in their canonical text.
     pub fn keys(&self) -> Vec<InformerKey> {
         self.inner.informers().keys().cloned().collect()
     }
@@ -362,6 +407,53 @@ mod tests {
 
     fn pods() -> InformerKey {
         InformerKey::all(Resource::new("", "v1", "Pod", "pods", true))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn selectors_that_say_the_same_share_one_informer() {
+        let server = MemoryServer::new();
+        let factory = SharedInformerFactory::new(
+            Arc::new(Memory(server.clone())),
+            ReflectorConfig::default(),
+        );
+        let with = |labels: &str, fields: &str| InformerKey {
+            label_selector: Some(labels.to_owned()),
+            field_selector: Some(fields.to_owned()),
+            ..pods()
+        };
+        let first = factory
+            .subscribe(
+                with("app=web,tier in (b, a)", "metadata.name=x"),
+                HandlerOptions::default(),
+            )
+            .unwrap();
+        let second = factory
+            .subscribe(
+                with(" tier in (a,b), app = web,app=web", " metadata.name=x "),
+                HandlerOptions::default(),
+            )
+            .unwrap();
+        let lease = factory.lease(with("", "")).unwrap();
+        factory.wait_for_cache_sync().await;
+        let keys = factory.keys();
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        assert!(keys.contains(&pods()), "empty selectors are none: {keys:?}");
+        assert!(keys.contains(&with("app=web,tier in (a,b)", "metadata.name=x")));
+        assert_eq!(server.list_calls(), 2);
+        assert!(
+            factory
+                .informer(&with("tier in (a,b),app=web", "metadata.name=x"))
+                .is_some()
+        );
+
+        let error = factory
+            .subscribe(with("app in (", ""), HandlerOptions::default())
+            .unwrap_err();
+        assert!(
+            matches!(error, FactoryError::InvalidSelector { .. }),
+            "{error}"
+        );
+        drop((first, second, lease));
     }
 
     #[tokio::test(start_paused = true)]
