@@ -45,6 +45,11 @@ pub const RULES: &[Rule] = &[
         why: "the local cluster stands in for an API server, without a client or plugins",
     },
     Rule {
+        package: "kubeplug-memory",
+        forbidden: WASMTIME_OR_KUBE,
+        why: "the in-memory API server is the local cluster's engine and the tests' stand-in",
+    },
+    Rule {
         package: "kubeplug-policy",
         forbidden: WASMTIME_OR_KUBE,
         why: "the policy vocabulary is the lowest crate the configuration and the runtime share",

@@ -364,6 +364,3 @@ async fn resync(inner: Arc<Inner>) {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -5,8 +5,8 @@
 //!                                                                             └─▶ Listener × N ─▶ handler
 //! ```
 //!
-//! - [`source`]: the [`ListerWatcher`](source::ListerWatcher) contract; [`memory`] is an
-//!   in-process implementation with fault injection.
+//! - [`source`]: the [`ListerWatcher`](source::ListerWatcher) contract; the
+//!   `kubeplug-memory` crate is an in-process implementation, with fault injection.
 //! - [`object`]: the cached [`Object`](object::Object), JSON text plus parsed metadata, and its
 //!   decoder; [`json`] is the structural scanner behind it.
 //! - [`reflector`]: ListAndWatch as a state machine.
@@ -26,7 +26,6 @@ pub mod indexer;
 pub mod informer;
 pub mod json;
 pub mod listener;
-pub mod memory;
 pub mod object;
 pub mod reflector;
 pub mod resource;

@@ -33,11 +33,11 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::{reflector, watcher};
 use kubeplug_bench_support::{Figure, Run, median, peak_rss_bytes, pod_json, rss_bytes};
 use kubeplug_informer::informer::SharedIndexInformer;
-use kubeplug_informer::memory::MemoryServer;
 use kubeplug_informer::object::ObjectDecoder;
 use kubeplug_informer::reflector::ReflectorConfig;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::{ListRequest, ListerWatcher};
+use kubeplug_memory::MemoryServer;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]

@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kubeplug_informer::factory::{FactoryError, InformerKey, SourceProvider};
-use kubeplug_informer::memory::MemoryServer;
 use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::selector::{FieldSelector, LabelSelector};
 use kubeplug_informer::source::{ListerWatcher, Status};
+use kubeplug_memory::MemoryServer;
 use serde::Deserialize as _;
 use tracing::info;
 

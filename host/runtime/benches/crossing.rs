@@ -25,10 +25,10 @@ use anyhow::{Context, Result};
 use kubeplug_bench_support::{Figure, Run, median, peak_rss_bytes, rss_bytes};
 use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
 use kubeplug_informer::listener::ListenerReceiver;
-use kubeplug_informer::memory::MemoryServer;
 use kubeplug_informer::object::ObjectDecoder;
 use kubeplug_informer::reflector::ReflectorConfig;
 use kubeplug_informer::resource::Resource;
+use kubeplug_memory::MemoryServer;
 use kubeplug_runtime::events::run_events;
 use kubeplug_runtime::{
     Allocator, CompileSource, Grants, Gvk, IndexerMap, NoCluster, Plugin, PluginLimits, PluginSpec,

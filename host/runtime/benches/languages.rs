@@ -39,10 +39,10 @@ use anyhow::{Context, Result, bail, ensure};
 use kubeplug_bench_support::{Figure as FigureLine, median, rss_bytes};
 use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
 use kubeplug_informer::listener::ListenerReceiver;
-use kubeplug_informer::memory::MemoryServer;
 use kubeplug_informer::object::ObjectDecoder;
 use kubeplug_informer::reflector::ReflectorConfig;
 use kubeplug_informer::resource::Resource;
+use kubeplug_memory::MemoryServer;
 use kubeplug_runtime::events::run_events;
 use kubeplug_runtime::view::BoxFuture;
 use kubeplug_runtime::{

@@ -30,14 +30,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use kubeplug_informer::memory::{Call, Fault, Garbage, MemoryServer, ServerConfig};
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::Status;
+use kubeplug_memory::{Call, Fault, Garbage, MemoryServer, ServerConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use kubeplug_informer::memory::Call as FaultCall;
+pub use kubeplug_memory::Call as FaultCall;
 
 /// Why the fake server could not start.
 #[derive(Debug, thiserror::Error)]

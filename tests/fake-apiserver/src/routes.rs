@@ -386,7 +386,7 @@ impl Ctx<'_> {
         )
     }
 
-    fn lister(&self) -> Result<kubeplug_informer::memory::MemoryListerWatcher, Response<Body>> {
+    fn lister(&self) -> Result<kubeplug_memory::MemoryListerWatcher, Response<Body>> {
         let labels = match self.query.get("labelSelector").filter(|s| !s.is_empty()) {
             Some(text) => Some(LabelSelector::parse(text).map_err(|e| error(400, e.to_string()))?),
             None => None,
@@ -449,7 +449,7 @@ impl Ctx<'_> {
     /// version, so the count only shrinks by what each page served).
     async fn remaining_items(
         &self,
-        lister: &kubeplug_informer::memory::MemoryListerWatcher,
+        lister: &kubeplug_memory::MemoryListerWatcher,
         request: &ListRequest,
         page: &ListPage,
         token: &str,

@@ -8,9 +8,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use kubeplug_fake_apiserver::{FakeOptions, FaultCall, HttpFault};
-use kubeplug_informer::memory::Garbage;
 use kubeplug_informer::reflector::ReflectorConfig;
 use kubeplug_kube::lister::KubeSourceOptions;
+use kubeplug_memory::Garbage;
 
 use crate::support::{
     Errors, View, cache_state, cm, configmaps, eventually, informer, server_state, start, synced,

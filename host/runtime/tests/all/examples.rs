@@ -14,9 +14,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use kubeplug_informer::indexer::Indexer;
 use kubeplug_informer::informer::SharedIndexInformer;
-use kubeplug_informer::memory::MemoryServer;
 use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
+use kubeplug_memory::MemoryServer;
 use kubeplug_runtime::reconcile::{Reconciler, run_reconcile};
 use kubeplug_runtime::view::{BoxFuture, PatchType};
 use kubeplug_runtime::{

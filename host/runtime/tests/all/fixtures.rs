@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow};
 use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
 use kubeplug_informer::listener::ListenerReceiver;
-use kubeplug_informer::memory::MemoryServer;
 use kubeplug_informer::object::ObjectDecoder;
 use kubeplug_informer::reflector::ReflectorConfig;
 use kubeplug_informer::resource::Resource;
+use kubeplug_memory::MemoryServer;
 use kubeplug_runtime::view::BoxFuture;
 use kubeplug_runtime::{
     ClusterWriter, Grants, Gvk, IndexerMap, Plugin, PluginLimits, PluginSpec, Runtime,

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use kubeplug_informer::memory::MemoryServer;
 use kubeplug_informer::object::ObjectKey;
+use kubeplug_memory::MemoryServer;
 use kubeplug_runtime::events::run_events;
 use kubeplug_runtime::{Grants, Plugin, PluginLimits, RunState};
 

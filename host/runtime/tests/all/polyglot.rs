@@ -9,9 +9,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use kubeplug_informer::memory::MemoryServer;
 use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
+use kubeplug_memory::MemoryServer;
 use kubeplug_runtime::events::run_events;
 use kubeplug_runtime::status::MetricValue;
 use kubeplug_runtime::view::EventSeverity;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use kubeplug_informer::memory::MemoryServer;
+use kubeplug_memory::MemoryServer;
 use kubeplug_runtime::reconcile::{drive_reconcile, run_reconcile};
 use kubeplug_runtime::{DriverControl, DriverError, Grants, ObjectRef, PluginLimits, WriteVerb};
 use kubeplug_workqueue::{ItemExponential, Queue};

@@ -2,15 +2,18 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::*;
-use crate::memory::{Call, Fault, MemoryServer};
-use crate::object::ObjectKey;
-use crate::resource::Resource;
-use crate::source::Status;
+use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
+use kubeplug_informer::listener::{ListenerReceiver, Notification};
+use kubeplug_informer::object::{ObjectDecoder, ObjectKey};
+use kubeplug_informer::reflector::{ReflectorConfig, ReflectorError};
+use kubeplug_informer::resource::Resource;
+use kubeplug_informer::source::Status;
+use kubeplug_memory::{Call, Fault, Garbage, MemoryServer, ServerConfig};
 
 fn pods() -> Resource {
     Resource::new("", "v1", "Pod", "pods", true)
@@ -332,7 +335,7 @@ async fn bad_objects_are_skipped_counted_and_reported() {
         Arc::new(server.lister_watcher(pods(), None, None, None)),
         ObjectDecoder::new(pods()),
         ReflectorConfig::default(),
-        Some(Arc::new(move |e: &crate::reflector::ReflectorError| {
+        Some(Arc::new(move |e: &ReflectorError| {
             errors.lock().unwrap().push(e.to_string());
         })),
     );
@@ -340,10 +343,10 @@ async fn bad_objects_are_skipped_counted_and_reported() {
     informer.start();
     informer.wait_for_sync().await;
     for garbage in [
-        crate::memory::Garbage::NotJson,
-        crate::memory::Garbage::Truncated,
-        crate::memory::Garbage::WrongKind,
-        crate::memory::Garbage::MissingName,
+        Garbage::NotJson,
+        Garbage::Truncated,
+        Garbage::WrongKind,
+        Garbage::MissingName,
     ] {
         server.inject(Fault::Garbage(garbage));
     }
@@ -376,7 +379,7 @@ async fn bad_objects_are_skipped_counted_and_reported() {
 
 #[tokio::test(start_paused = true)]
 async fn streaming_list_is_used_when_offered() {
-    let server = MemoryServer::with_config(crate::memory::ServerConfig {
+    let server = MemoryServer::with_config(ServerConfig {
         streaming_list: true,
         ..Default::default()
     });
@@ -416,7 +419,7 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 async fn churn(steps: Vec<Step>) {
-    let server = MemoryServer::with_config(crate::memory::ServerConfig {
+    let server = MemoryServer::with_config(ServerConfig {
         history: 50,
         ..Default::default()
     });

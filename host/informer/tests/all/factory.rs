@@ -1,0 +1,126 @@
+//! Informers shared between handlers, and keyed by what their selectors mean.
+
+use std::time::Duration;
+
+use std::sync::Arc;
+
+use kubeplug_informer::factory::{
+    FactoryError, InformerKey, SharedInformerFactory, SourceProvider,
+};
+use kubeplug_informer::informer::HandlerOptions;
+use kubeplug_informer::reflector::ReflectorConfig;
+use kubeplug_informer::resource::Resource;
+use kubeplug_informer::source::ListerWatcher;
+use kubeplug_memory::MemoryServer;
+
+/// Serves every key from one in-memory server.
+struct Memory(MemoryServer);
+
+impl SourceProvider for Memory {
+    fn lister_watcher(&self, key: &InformerKey) -> Result<Arc<dyn ListerWatcher>, FactoryError> {
+        Ok(Arc::new(self.0.lister_watcher(
+            key.resource.clone(),
+            key.namespace.clone(),
+            None,
+            None,
+        )))
+    }
+}
+
+fn pods() -> InformerKey {
+    InformerKey::all(Resource::new("", "v1", "Pod", "pods", true))
+}
+
+#[tokio::test(start_paused = true)]
+async fn selectors_that_say_the_same_share_one_informer() {
+    let server = MemoryServer::new();
+    let factory =
+        SharedInformerFactory::new(Arc::new(Memory(server.clone())), ReflectorConfig::default());
+    let with = |labels: &str, fields: &str| InformerKey {
+        label_selector: Some(labels.to_owned()),
+        field_selector: Some(fields.to_owned()),
+        ..pods()
+    };
+    let first = factory
+        .subscribe(
+            with("app=web,tier in (b, a)", "metadata.name=x"),
+            HandlerOptions::default(),
+        )
+        .unwrap();
+    let second = factory
+        .subscribe(
+            with(" tier in (a,b), app = web,app=web", " metadata.name=x "),
+            HandlerOptions::default(),
+        )
+        .unwrap();
+    let lease = factory.lease(with("", "")).unwrap();
+    factory.wait_for_cache_sync().await;
+    let keys = factory.keys();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(keys.contains(&pods()), "empty selectors are none: {keys:?}");
+    assert!(keys.contains(&with("app=web,tier in (a,b)", "metadata.name=x")));
+    assert_eq!(server.list_calls(), 2);
+    assert!(
+        factory
+            .informer(&with("tier in (a,b),app=web", "metadata.name=x"))
+            .is_some()
+    );
+
+    let error = factory
+        .subscribe(with("app in (", ""), HandlerOptions::default())
+        .unwrap_err();
+    assert!(
+        matches!(error, FactoryError::InvalidSelector { .. }),
+        "{error}"
+    );
+    drop((first, second, lease));
+}
+
+#[tokio::test(start_paused = true)]
+async fn handlers_share_one_informer_which_stops_after_the_last_user() {
+    let server = MemoryServer::new();
+    server
+        .create(
+            &pods().resource,
+            r#"{"metadata":{"name":"a","namespace":"ns"}}"#,
+        )
+        .unwrap();
+    let factory =
+        SharedInformerFactory::new(Arc::new(Memory(server.clone())), ReflectorConfig::default());
+    let mut first = factory
+        .subscribe(pods(), HandlerOptions::default())
+        .unwrap();
+    let second = factory
+        .subscribe(pods(), HandlerOptions::default())
+        .unwrap();
+    let lease = factory.lease(pods()).unwrap();
+    factory.wait_for_cache_sync().await;
+    assert_eq!(factory.keys(), [pods()]);
+    assert_eq!(
+        server.list_calls(),
+        1,
+        "N handlers cost one list and one watch"
+    );
+    assert_eq!(lease.informer().indexer().len(), 1);
+
+    let mut receiver = first.take_receiver();
+    let batch = receiver.recv_batch(10).await.unwrap();
+    assert_eq!(batch[0].key().as_str(), "ns/a");
+    drop(batch);
+
+    drop(second);
+    drop(first);
+    assert_eq!(factory.keys(), [pods()], "the lease keeps it running");
+    assert!(
+        receiver.recv_batch(1).await.is_none(),
+        "dropping the subscription unregisters"
+    );
+    drop(lease);
+    assert!(factory.keys().is_empty());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        server.open_watches(),
+        0,
+        "the stopped informer closed its watch"
+    );
+}
