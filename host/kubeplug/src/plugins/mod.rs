@@ -5,207 +5,40 @@
 //! plugin table and carries them out. Plugins keep no memory state across a swap: they keep
 //! their state in the cluster or read it from the cache.
 
+mod cache;
 mod dir;
+mod failure;
+mod resolver;
+mod settings;
+mod status;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt as _;
 use kubeplug_informer::factory::{InformerKey, InformerLease, SharedInformerFactory, Subscription};
-use kubeplug_informer::indexer::Indexer;
 use kubeplug_informer::informer::HandlerOptions;
 use kubeplug_informer::listener::{BufferPolicy, ListenerProbe, ListenerReceiver};
-use kubeplug_informer::resource::Resource;
 use kubeplug_runtime::status::{MetricValue, SeriesKey};
-use kubeplug_runtime::view::BoxFuture;
 use kubeplug_runtime::{
-    CacheView, ClusterWriter, Delivery, DriverControl, Gvk, LoadError, ObjectRef, Plugin,
-    PluginLimits, PluginSpec, PluginStats, RunState, Runtime,
+    ClusterWriter, Delivery, DriverControl, ObjectRef, Plugin, PluginSpec, Runtime,
 };
 use kubeplug_workqueue::{Queue, Workers, WorkqueueMetrics};
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
+pub(crate) use cache::FactoryCache;
 pub(crate) use dir::{Change, ContentHash, DirConfig, FileContent, Hints, PluginDir, watch};
+pub(crate) use failure::LoadFailure;
+pub(crate) use resolver::{Resolve, Resolver};
+pub(crate) use settings::plugin_settings;
+pub(crate) use status::{PluginReport, ReloadCounts};
+use status::{Retired, Totals, report};
 
 use crate::config::Config;
-
-/// Maps a plugin's resource types to served resources (discovery, or the local registry).
-pub(crate) type Resolver = Arc<dyn Resolve>;
-
-/// How a [`Resolver`] answers. Contract: [`resolve`](Self::resolve) may ask the cluster
-/// (discovery); [`cached`](Self::cached) answers at once from what is already known, for
-/// [`FactoryCache::indexer`], which a plugin's synchronous host call reaches. A synchronous
-/// map (the local registry) is both, through the blanket implementation for closures.
-pub(crate) trait Resolve: Send + Sync {
-    /// The served resource of `gvk`, asking the cluster if needed.
-    fn resolve<'a>(&'a self, gvk: &'a Gvk) -> BoxFuture<'a, Option<Resource>>;
-    /// The served resource of `gvk` if already known.
-    fn cached(&self, gvk: &Gvk) -> Option<Resource>;
-}
-
-impl<F: Fn(&Gvk) -> Option<Resource> + Send + Sync> Resolve for F {
-    fn resolve<'a>(&'a self, gvk: &'a Gvk) -> BoxFuture<'a, Option<Resource>> {
-        Box::pin(std::future::ready(self(gvk)))
-    }
-
-    fn cached(&self, gvk: &Gvk) -> Option<Resource> {
-        self(gvk)
-    }
-}
-
-/// The caches plugins read: one informer per resource type, kept running by a lease while
-/// any plugin may read it. Subscriptions without a namespace or selectors share these
-/// informers, so such a plugin reads exactly what its events come from.
-pub(crate) struct FactoryCache {
-    factory: SharedInformerFactory,
-    resolve: Resolver,
-    // A std mutex: lookups are short and never span an `.await`.
-    leases: Mutex<BTreeMap<Gvk, InformerLease>>,
-}
-
-impl FactoryCache {
-    pub(crate) fn new(factory: SharedInformerFactory, resolve: Resolver) -> Self {
-        Self {
-            factory,
-            resolve,
-            leases: Mutex::default(),
-        }
-    }
-
-    fn leases(&self) -> MutexGuard<'_, BTreeMap<Gvk, InformerLease>> {
-        self.leases
-            .lock()
-            .expect("cache leases poisoned by a panic")
-    }
-}
-
-impl CacheView for FactoryCache {
-    fn namespaced(&self, resource: &Gvk) -> Option<bool> {
-        self.resolve
-            .cached(resource)
-            .map(|served| served.namespaced)
-    }
-
-    fn indexer(&self, resource: &Gvk) -> Option<Indexer> {
-        let mut leases = self.leases();
-        if let Some(lease) = leases.get(resource) {
-            return Some(lease.informer().indexer().clone());
-        }
-        let served = self.resolve.cached(resource)?;
-        match self.factory.lease(InformerKey::all(served)) {
-            Ok(lease) => {
-                let indexer = lease.informer().indexer().clone();
-                leases.insert(resource.clone(), lease);
-                Some(indexer)
-            }
-            Err(error) => {
-                error!(%resource, %error, "cannot start an informer for plugin reads");
-                None
-            }
-        }
-    }
-}
-
-/// A plugin's settings (JSON), grants and limits from the configuration section named like
-/// its file's stem (`label-audit.wasm` → `[plugins.label-audit]`).
-pub(crate) fn plugin_settings(
-    config: &Config,
-    file: &Path,
-) -> Result<(String, kubeplug_runtime::Grants, PluginLimits), String> {
-    let stem = file
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let section = config.plugins.get(&stem);
-    let settings = section
-        .and_then(|s| s.settings.as_ref())
-        .map(|table| serde_json::to_string(table).expect("TOML tables are JSON"))
-        .unwrap_or_else(|| "{}".to_owned());
-    let grants = section
-        .map(|s| s.grants.to_policy())
-        .transpose()
-        .map_err(|e| format!("grants of [plugins.{stem}]: {e}"))?
-        .unwrap_or_default();
-    let defaults = &config.defaults;
-    let limits = PluginLimits {
-        max_memory: (defaults.memory_limit_mib as usize) << 20,
-        call_deadline: std::time::Duration::from_millis(defaults.call_deadline_ms),
-        batch_size: defaults.batch_size as usize,
-        ..PluginLimits::default()
-    };
-    Ok((settings, grants, limits))
-}
-
-/// Why a plugin file did not become, or replace, a running plugin. Each message names the
-/// file and the stage that failed.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum LoadFailure {
-    /// The directory refused the file before reading it.
-    #[error("{path}: {cause}", path = path.display())]
-    Rejected { path: PathBuf, cause: String },
-    /// Its configuration section is invalid.
-    #[error("{path}: settings: {cause}", path = path.display())]
-    Settings { path: PathBuf, cause: String },
-    /// Compile, link, init, describe or validation failed.
-    #[error(transparent)]
-    Load(#[from] LoadError),
-    /// It subscribes to a type the cluster does not serve.
-    #[error("{path}: resolve: plugin {plugin} subscribes to {resource}, which the cluster does not serve", path = path.display())]
-    Unresolved {
-        path: PathBuf,
-        plugin: String,
-        resource: Gvk,
-    },
-    /// It subscribes to a cluster-scoped type in a namespace.
-    #[error("{path}: resolve: plugin {plugin} subscribes to {resource} in namespace {namespace}, but {resource} is cluster-scoped", path = path.display())]
-    ClusterScoped {
-        path: PathBuf,
-        plugin: String,
-        resource: Gvk,
-        namespace: String,
-    },
-    /// Another file already runs a plugin of this name.
-    #[error("{path}: name: plugin {plugin} is already loaded from {other}", path = path.display(), other = other.display())]
-    NameTaken {
-        path: PathBuf,
-        plugin: String,
-        other: PathBuf,
-    },
-    /// Registering its handlers or starting its driver failed.
-    #[error("{path}: start: {cause}", path = path.display())]
-    Start { path: PathBuf, cause: String },
-}
-
-impl LoadFailure {
-    /// Whether the same file may load later, once the cluster or the other files change:
-    /// a type served later (a CustomResourceDefinition installed after the plugin), a name
-    /// freed by removing the other file, an informer that could not start.
-    fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            LoadFailure::Unresolved { .. }
-                | LoadFailure::NameTaken { .. }
-                | LoadFailure::Start { .. }
-        )
-    }
-
-    /// The file that failed.
-    fn path(&self) -> &Path {
-        match self {
-            LoadFailure::Rejected { path, .. }
-            | LoadFailure::Settings { path, .. }
-            | LoadFailure::Unresolved { path, .. }
-            | LoadFailure::ClusterScoped { path, .. }
-            | LoadFailure::NameTaken { path, .. }
-            | LoadFailure::Start { path, .. } => path,
-            LoadFailure::Load(error) => error.path(),
-        }
-    }
-}
 
 /// A plugin's handler registrations, not yet delivered to.
 #[derive(Default)]
@@ -302,32 +135,6 @@ async fn join_all(plugin: &str, tasks: Vec<JoinHandle<()>>) {
     }
 }
 
-/// Counts of versions that stopped serving, so that a file's totals survive reloads.
-#[derive(Debug, Default, Clone, Copy)]
-struct Totals {
-    events: u64,
-    failures: u64,
-}
-
-impl Totals {
-    fn of(plugin: &Plugin) -> Self {
-        Self::of_stats(plugin.stats())
-    }
-
-    fn of_stats(stats: &PluginStats) -> Self {
-        let status = stats.snapshot();
-        Self {
-            events: status.events_delivered,
-            failures: status.calls_failed,
-        }
-    }
-
-    fn add(&mut self, other: Self) {
-        self.events += other.events;
-        self.failures += other.failures;
-    }
-}
-
 /// One file of the plugins directory.
 #[derive(Default)]
 struct Entry {
@@ -341,72 +148,6 @@ struct Entry {
     last_error: Option<String>,
     /// Counts of its retired versions.
     retired: Retired,
-}
-
-/// The counts of a file's versions that stopped serving, so that they survive reloads.
-#[derive(Default)]
-struct Retired {
-    /// Of versions that no longer run.
-    done: Totals,
-    /// Of versions swapped out whose call in flight may still finish; folded into `done`
-    /// once nothing else holds them.
-    finishing: Vec<Arc<PluginStats>>,
-}
-
-impl Retired {
-    fn add(&mut self, totals: Totals) {
-        self.done.add(totals);
-    }
-
-    fn retire(&mut self, stats: Arc<PluginStats>) {
-        self.finishing.push(stats);
-        let (done, finishing): (Vec<_>, Vec<_>) = std::mem::take(&mut self.finishing)
-            .into_iter()
-            .partition(|stats| Arc::strong_count(stats) == 1);
-        for stats in done {
-            self.done.add(Totals::of_stats(&stats));
-        }
-        self.finishing = finishing;
-    }
-
-    fn totals(&self) -> Totals {
-        let mut totals = self.done;
-        for stats in &self.finishing {
-            totals.add(Totals::of_stats(stats));
-        }
-        totals
-    }
-}
-
-/// One plugin file and what became of it, as `/plugins` reports it.
-#[derive(Debug, Clone, serde::Serialize)]
-pub(crate) struct PluginReport {
-    pub(crate) file: PathBuf,
-    /// SHA-256 of the version serving.
-    pub(crate) hash: Option<String>,
-    pub(crate) name: Option<String>,
-    pub(crate) version: Option<String>,
-    /// `loading`, `running`, `standby` (loaded; this replica does not lead), `quarantined`,
-    /// `stopped` or `failed`.
-    pub(crate) state: &'static str,
-    pub(crate) last_error: Option<String>,
-    /// When the serving version was swapped in, in milliseconds since the Unix epoch.
-    pub(crate) loaded_at_ms: Option<u64>,
-    /// How long loading it took (compile or cache, init, describe, validation).
-    pub(crate) load_ms: Option<f64>,
-    /// Notifications waiting in its listeners.
-    pub(crate) buffer_depth: usize,
-    /// Over every version of this file.
-    pub(crate) events_delivered: u64,
-    /// Over every version of this file.
-    pub(crate) failures: u64,
-}
-
-/// Loads of new or changed plugin files, by result.
-#[derive(Debug, Default)]
-pub(crate) struct ReloadCounts {
-    pub(crate) success: AtomicU64,
-    pub(crate) failure: AtomicU64,
 }
 
 /// Loads, swaps and unloads the plugins of one directory, and delivers to them while this
@@ -915,48 +656,6 @@ impl PluginHost {
             Some(async move { delivering.drain(serving.plugin.name(), deadline).await })
         }))
         .await;
-    }
-}
-
-fn report(file: &Path, entry: &Entry) -> PluginReport {
-    let serving = entry.serving.as_ref();
-    let status = serving.map(|r| r.plugin.status());
-    let delivering = serving.and_then(|r| r.delivering.as_ref());
-    let state = match (&status, entry.loading) {
-        (_, true) => "loading",
-        (Some(_), false) if delivering.is_none() => "standby",
-        (Some(status), false) => match status.state {
-            RunState::Running => "running",
-            RunState::Quarantined { .. } => "quarantined",
-            RunState::Stopped => "stopped",
-        },
-        (None, false) => "failed",
-    };
-    let last_error = match status.as_ref().map(|s| &s.state) {
-        Some(RunState::Quarantined { last_error, .. }) => Some(last_error.clone()),
-        _ => entry.last_error.clone(),
-    };
-    let mut totals = entry.retired.totals();
-    if let Some(serving) = serving {
-        totals.add(Totals::of(&serving.plugin));
-    }
-    PluginReport {
-        file: file.to_owned(),
-        hash: serving.map(|r| r.hash.to_string()),
-        name: serving.map(|r| r.plugin.name().to_owned()),
-        version: serving.map(|r| r.plugin.description().version.clone()),
-        state,
-        last_error,
-        loaded_at_ms: serving.and_then(|r| {
-            r.loaded_at
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .ok()
-                .map(|d| d.as_millis() as u64)
-        }),
-        load_ms: serving.map(|r| r.load_time.as_secs_f64() * 1e3),
-        buffer_depth: delivering.map_or(0, |d| d.probes.iter().map(ListenerProbe::depth).sum()),
-        events_delivered: totals.events,
-        failures: totals.failures,
     }
 }
 

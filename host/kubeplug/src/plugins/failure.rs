@@ -1,0 +1,72 @@
+//! Why a plugin file did not load, by stage, and which failures are worth retrying.
+
+use std::path::{Path, PathBuf};
+
+use kubeplug_runtime::{Gvk, LoadError};
+
+/// Why a plugin file did not become, or replace, a running plugin. Each message names the
+/// file and the stage that failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LoadFailure {
+    /// The directory refused the file before reading it.
+    #[error("{path}: {cause}", path = path.display())]
+    Rejected { path: PathBuf, cause: String },
+    /// Its configuration section is invalid.
+    #[error("{path}: settings: {cause}", path = path.display())]
+    Settings { path: PathBuf, cause: String },
+    /// Compile, link, init, describe or validation failed.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// It subscribes to a type the cluster does not serve.
+    #[error("{path}: resolve: plugin {plugin} subscribes to {resource}, which the cluster does not serve", path = path.display())]
+    Unresolved {
+        path: PathBuf,
+        plugin: String,
+        resource: Gvk,
+    },
+    /// It subscribes to a cluster-scoped type in a namespace.
+    #[error("{path}: resolve: plugin {plugin} subscribes to {resource} in namespace {namespace}, but {resource} is cluster-scoped", path = path.display())]
+    ClusterScoped {
+        path: PathBuf,
+        plugin: String,
+        resource: Gvk,
+        namespace: String,
+    },
+    /// Another file already runs a plugin of this name.
+    #[error("{path}: name: plugin {plugin} is already loaded from {other}", path = path.display(), other = other.display())]
+    NameTaken {
+        path: PathBuf,
+        plugin: String,
+        other: PathBuf,
+    },
+    /// Registering its handlers or starting its driver failed.
+    #[error("{path}: start: {cause}", path = path.display())]
+    Start { path: PathBuf, cause: String },
+}
+
+impl LoadFailure {
+    /// Whether the same file may load later, once the cluster or the other files change:
+    /// a type served later (a CustomResourceDefinition installed after the plugin), a name
+    /// freed by removing the other file, an informer that could not start.
+    pub(super) fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            LoadFailure::Unresolved { .. }
+                | LoadFailure::NameTaken { .. }
+                | LoadFailure::Start { .. }
+        )
+    }
+
+    /// The file that failed.
+    pub(super) fn path(&self) -> &Path {
+        match self {
+            LoadFailure::Rejected { path, .. }
+            | LoadFailure::Settings { path, .. }
+            | LoadFailure::Unresolved { path, .. }
+            | LoadFailure::ClusterScoped { path, .. }
+            | LoadFailure::NameTaken { path, .. }
+            | LoadFailure::Start { path, .. } => path,
+            LoadFailure::Load(error) => error.path(),
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! What `/plugins` and `/metrics` report of each file: its state, last error and counts that
+//! survive reloads.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::SystemTime;
+
+use kubeplug_informer::listener::ListenerProbe;
+use kubeplug_runtime::{Plugin, PluginStats, RunState};
+
+use super::Entry;
+
+/// Counts of versions that stopped serving, so that a file's totals survive reloads.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Totals {
+    events: u64,
+    failures: u64,
+}
+
+impl Totals {
+    pub(super) fn of(plugin: &Plugin) -> Self {
+        Self::of_stats(plugin.stats())
+    }
+
+    pub(super) fn of_stats(stats: &PluginStats) -> Self {
+        let status = stats.snapshot();
+        Self {
+            events: status.events_delivered,
+            failures: status.calls_failed,
+        }
+    }
+
+    pub(super) fn add(&mut self, other: Self) {
+        self.events += other.events;
+        self.failures += other.failures;
+    }
+}
+
+/// The counts of a file's versions that stopped serving, so that they survive reloads.
+#[derive(Default)]
+pub(super) struct Retired {
+    /// Of versions that no longer run.
+    done: Totals,
+    /// Of versions swapped out whose call in flight may still finish; folded into `done`
+    /// once nothing else holds them.
+    finishing: Vec<Arc<PluginStats>>,
+}
+
+impl Retired {
+    pub(super) fn add(&mut self, totals: Totals) {
+        self.done.add(totals);
+    }
+
+    pub(super) fn retire(&mut self, stats: Arc<PluginStats>) {
+        self.finishing.push(stats);
+        let (done, finishing): (Vec<_>, Vec<_>) = std::mem::take(&mut self.finishing)
+            .into_iter()
+            .partition(|stats| Arc::strong_count(stats) == 1);
+        for stats in done {
+            self.done.add(Totals::of_stats(&stats));
+        }
+        self.finishing = finishing;
+    }
+
+    pub(super) fn totals(&self) -> Totals {
+        let mut totals = self.done;
+        for stats in &self.finishing {
+            totals.add(Totals::of_stats(stats));
+        }
+        totals
+    }
+}
+
+/// One plugin file and what became of it, as `/plugins` reports it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct PluginReport {
+    pub(crate) file: PathBuf,
+    /// SHA-256 of the version serving.
+    pub(crate) hash: Option<String>,
+    pub(crate) name: Option<String>,
+    pub(crate) version: Option<String>,
+    /// `loading`, `running`, `standby` (loaded; this replica does not lead), `quarantined`,
+    /// `stopped` or `failed`.
+    pub(crate) state: &'static str,
+    pub(crate) last_error: Option<String>,
+    /// When the serving version was swapped in, in milliseconds since the Unix epoch.
+    pub(crate) loaded_at_ms: Option<u64>,
+    /// How long loading it took (compile or cache, init, describe, validation).
+    pub(crate) load_ms: Option<f64>,
+    /// Notifications waiting in its listeners.
+    pub(crate) buffer_depth: usize,
+    /// Over every version of this file.
+    pub(crate) events_delivered: u64,
+    /// Over every version of this file.
+    pub(crate) failures: u64,
+}
+
+/// Loads of new or changed plugin files, by result.
+#[derive(Debug, Default)]
+pub(crate) struct ReloadCounts {
+    pub(crate) success: AtomicU64,
+    pub(crate) failure: AtomicU64,
+}
+
+pub(super) fn report(file: &Path, entry: &Entry) -> PluginReport {
+    let serving = entry.serving.as_ref();
+    let status = serving.map(|r| r.plugin.status());
+    let delivering = serving.and_then(|r| r.delivering.as_ref());
+    let state = match (&status, entry.loading) {
+        (_, true) => "loading",
+        (Some(_), false) if delivering.is_none() => "standby",
+        (Some(status), false) => match status.state {
+            RunState::Running => "running",
+            RunState::Quarantined { .. } => "quarantined",
+            RunState::Stopped => "stopped",
+        },
+        (None, false) => "failed",
+    };
+    let last_error = match status.as_ref().map(|s| &s.state) {
+        Some(RunState::Quarantined { last_error, .. }) => Some(last_error.clone()),
+        _ => entry.last_error.clone(),
+    };
+    let mut totals = entry.retired.totals();
+    if let Some(serving) = serving {
+        totals.add(Totals::of(&serving.plugin));
+    }
+    PluginReport {
+        file: file.to_owned(),
+        hash: serving.map(|r| r.hash.to_string()),
+        name: serving.map(|r| r.plugin.name().to_owned()),
+        version: serving.map(|r| r.plugin.description().version.clone()),
+        state,
+        last_error,
+        loaded_at_ms: serving.and_then(|r| {
+            r.loaded_at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .ok()
+                .map(|d| d.as_millis() as u64)
+        }),
+        load_ms: serving.map(|r| r.load_time.as_secs_f64() * 1e3),
+        buffer_depth: delivering.map_or(0, |d| d.probes.iter().map(ListenerProbe::depth).sum()),
+        events_delivered: totals.events,
+        failures: totals.failures,
+    }
+}
