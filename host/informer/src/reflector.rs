@@ -24,8 +24,11 @@ use crate::source::{
 /// How the Reflector gets the initial state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum InitialListMode {
-    /// A streaming list when the source supports it, with a fall back to list-then-watch
-    /// when the server refuses it.
+    /// A streaming list when the source supports it, falling back as client-go does: after a
+    /// refusal by the server (`400`/`422` on opening, or an `ERROR` event before the
+    /// end-of-initial-events bookmark, as kube-apiserver v1.32 sends on an etcd without
+    /// `RequestWatchProgress`) list-then-watch from then on; after any other failure (the
+    /// connection, a `5xx` on opening, a stream ending early) list-then-watch for that attempt.
     #[default]
     Auto,
     /// Always a paginated list, then a watch.
@@ -147,8 +150,11 @@ impl ReflectorStats {
 
 /// What the Reflector knows and waits for.
 enum State {
-    /// Nothing usable: list from scratch with a consistent read.
+    /// Nothing usable: list from scratch with a consistent read (streamed, when the mode and
+    /// the server allow).
     List,
+    /// The same, with a paginated list whatever the mode: a streaming list just failed.
+    PagedList,
     /// In the middle of a paginated list.
     ListPage {
         /// Token for the next page.
@@ -265,7 +271,7 @@ impl Reflector {
                 resource_version: String::new(),
                 streaming_list: true,
             },
-            State::List => self.list_page(None, Vec::new()).await,
+            State::List | State::PagedList => self.list_page(None, Vec::new()).await,
             State::ListPage {
                 continue_token,
                 items,
@@ -391,7 +397,7 @@ impl Reflector {
                     source: error,
                 });
                 let then = if streaming_list {
-                    State::List
+                    self.relist_after_streaming_failure()
                 } else {
                     State::Watch {
                         resource_version,
@@ -400,6 +406,15 @@ impl Reflector {
                 };
                 self.backoff_then(then, retry_after)
             }
+        }
+    }
+
+    /// Where to go after a streaming list failed for another reason than a refusal: in
+    /// [`InitialListMode::Auto`], one paginated list (the next relist streams again).
+    fn relist_after_streaming_failure(&self) -> State {
+        match self.config.initial_list {
+            InitialListMode::Auto => State::PagedList,
+            InitialListMode::ListThenWatch | InitialListMode::StreamingList => State::List,
         }
     }
 
@@ -432,7 +447,7 @@ impl Reflector {
                 // watch straight away: that would spin.
                 let quick = !saw_event && opened.elapsed() < Duration::from_secs(1);
                 let then = match initial {
-                    Some(_) => State::List,
+                    Some(_) => self.relist_after_streaming_failure(),
                     None => State::Watch {
                         resource_version,
                         streaming_list: false,
@@ -492,6 +507,12 @@ impl Reflector {
                     resource: self.resource(),
                     status,
                 });
+                // The server accepted the streaming list, then refused it in the stream.
+                if initial.is_some() && self.config.initial_list == InitialListMode::Auto {
+                    debug!("streaming list failed in the stream; falling back to list-then-watch");
+                    self.streaming_refused = true;
+                    return State::List;
+                }
                 return self.after_broken_watch(resource_version, initial.is_some(), gone, None);
             }
         }
@@ -518,7 +539,7 @@ impl Reflector {
             return State::List;
         }
         let then = if streaming_list {
-            State::List
+            self.relist_after_streaming_failure()
         } else {
             State::Watch {
                 resource_version,

@@ -3,3 +3,4 @@
 
 mod factory;
 mod informer;
+mod streaming;

@@ -1,0 +1,133 @@
+//! Streaming lists that fail after the server accepted them, as kube-apiserver v1.32 does on
+//! an etcd without `RequestWatchProgress`: the informer falls back to list-then-watch as
+//! client-go does, and syncs.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::stream::{self, StreamExt};
+use kubeplug_informer::informer::SharedIndexInformer;
+use kubeplug_informer::object::ObjectDecoder;
+use kubeplug_informer::reflector::ReflectorConfig;
+use kubeplug_informer::resource::Resource;
+use kubeplug_informer::source::{
+    ListPage, ListRequest, ListerWatcher, SourceError, Status, WatchEvent, WatchRequest,
+    WatchStream,
+};
+use kubeplug_memory::{Call, Fault, MemoryListerWatcher, MemoryServer, ServerConfig};
+
+fn pods() -> Resource {
+    Resource::new("", "v1", "Pod", "pods", true)
+}
+
+/// How a streaming list fails after the watch opened.
+#[derive(Clone, Copy)]
+enum Failure {
+    /// An `ERROR` event, code 500: the server refuses streaming lists.
+    ErrorEvent,
+    /// The connection breaks: a failure of that attempt only.
+    Transport,
+}
+
+/// The in-memory server, except that every streaming-list watch fails with `failure`.
+struct FailingStreams {
+    inner: MemoryListerWatcher,
+    failure: Failure,
+    streaming_attempts: AtomicUsize,
+}
+
+impl ListerWatcher for FailingStreams {
+    fn list(&self, request: ListRequest) -> BoxFuture<'_, Result<ListPage, SourceError>> {
+        self.inner.list(request)
+    }
+
+    fn watch(&self, request: WatchRequest) -> BoxFuture<'_, Result<WatchStream, SourceError>> {
+        if !request.send_initial_events {
+            return self.inner.watch(request);
+        }
+        self.streaming_attempts.fetch_add(1, Ordering::Relaxed);
+        let failed = match self.failure {
+            Failure::ErrorEvent => Ok(WatchEvent::Error(Status::new(
+                500,
+                "InternalError",
+                "Internal error occurred: RequestWatchProgress is disabled",
+            ))),
+            Failure::Transport => Err(SourceError::Transport("connection reset".to_owned())),
+        };
+        Box::pin(async move { Ok(stream::iter([failed]).boxed()) })
+    }
+
+    fn supports_streaming_list(&self) -> bool {
+        true
+    }
+}
+
+/// An informer over `failure`-ing streams of a server holding one Pod; it has synced.
+async fn synced_over(failure: Failure) -> (MemoryServer, Arc<FailingStreams>, SharedIndexInformer) {
+    let server = MemoryServer::with_config(ServerConfig {
+        streaming_list: true,
+        ..Default::default()
+    });
+    server
+        .create(&pods(), r#"{"metadata":{"name":"a","namespace":"ns"}}"#)
+        .unwrap();
+    let source = Arc::new(FailingStreams {
+        inner: server.lister_watcher(pods(), None, None, None),
+        failure,
+        streaming_attempts: AtomicUsize::new(0),
+    });
+    let informer = SharedIndexInformer::new(
+        source.clone(),
+        ObjectDecoder::new(pods()),
+        ReflectorConfig::default(),
+    );
+    informer.start();
+    tokio::time::timeout(Duration::from_secs(60), informer.wait_for_sync())
+        .await
+        .expect("the informer syncs by falling back to list-then-watch");
+    assert_eq!(informer.indexer().len(), 1);
+    (server, source, informer)
+}
+
+/// Ends the informer's watch and, while its re-watch waits, writes Pod `b` and compacts the
+/// history away: the re-watch gets `410 Gone` and the informer relists.
+async fn force_relist(server: &MemoryServer) {
+    server.inject(Fault::Stall {
+        call: Call::Watch,
+        delay: Duration::from_secs(10),
+    });
+    server.inject(Fault::EndWatches);
+    server
+        .create(&pods(), r#"{"metadata":{"name":"b","namespace":"ns"}}"#)
+        .unwrap();
+    server.inject(Fault::Compact);
+    tokio::time::sleep(Duration::from_secs(120)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_event_before_the_initial_events_end_falls_back_for_good() {
+    let (server, source, informer) = synced_over(Failure::ErrorEvent).await;
+    assert_eq!(source.streaming_attempts.load(Ordering::Relaxed), 1);
+    assert_eq!(server.list_calls(), 1);
+    // A relist (after 410 Gone) lists again; it does not try streaming any more.
+    force_relist(&server).await;
+    assert_eq!(informer.indexer().len(), 2);
+    assert_eq!(server.list_calls(), 2);
+    assert_eq!(source.streaming_attempts.load(Ordering::Relaxed), 1);
+    informer.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_broken_streaming_list_lists_once_and_streams_again_at_the_next_relist() {
+    let (server, source, informer) = synced_over(Failure::Transport).await;
+    assert_eq!(source.streaming_attempts.load(Ordering::Relaxed), 1);
+    assert_eq!(server.list_calls(), 1);
+    // The next relist (after 410 Gone) tries streaming again, then lists once more.
+    force_relist(&server).await;
+    assert_eq!(informer.indexer().len(), 2);
+    assert_eq!(source.streaming_attempts.load(Ordering::Relaxed), 2);
+    assert_eq!(server.list_calls(), 2);
+    informer.stop().await;
+}
