@@ -57,6 +57,19 @@ impl LoadFailure {
         )
     }
 
+    /// The name the plugin described itself with, when it failed after describing itself.
+    pub(super) fn plugin(&self) -> Option<&str> {
+        match self {
+            LoadFailure::Unresolved { plugin, .. }
+            | LoadFailure::ClusterScoped { plugin, .. }
+            | LoadFailure::NameTaken { plugin, .. } => Some(plugin),
+            LoadFailure::Rejected { .. }
+            | LoadFailure::Settings { .. }
+            | LoadFailure::Load(_)
+            | LoadFailure::Start { .. } => None,
+        }
+    }
+
     /// The file that failed.
     pub(super) fn path(&self) -> &Path {
         match self {

@@ -146,6 +146,9 @@ struct Entry {
     tried: Option<ContentHash>,
     /// The last failure to load or replace it; cleared by a successful load.
     last_error: Option<String>,
+    /// The name a version that failed after describing itself gave, so that `/plugins`
+    /// names a plugin that never ran.
+    described_as: Option<String>,
     /// Counts of its retired versions.
     retired: Retired,
 }
@@ -584,6 +587,9 @@ impl PluginHost {
         let keeps = entry.serving.as_ref().map(|r| r.plugin.name().to_owned());
         entry.loading = false;
         entry.last_error = Some(message.clone());
+        if let Some(name) = failure.plugin() {
+            entry.described_as = Some(name.to_owned());
+        }
         drop(table);
         self.reloads.failure.fetch_add(1, Ordering::Relaxed);
         match keeps {

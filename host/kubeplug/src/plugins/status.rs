@@ -128,7 +128,9 @@ pub(super) fn report(file: &Path, entry: &Entry) -> PluginReport {
     PluginReport {
         file: file.to_owned(),
         hash: serving.map(|r| r.hash.to_string()),
-        name: serving.map(|r| r.plugin.name().to_owned()),
+        name: serving
+            .map(|r| r.plugin.name().to_owned())
+            .or_else(|| entry.described_as.clone()),
         version: serving.map(|r| r.plugin.description().version.clone()),
         state,
         last_error,

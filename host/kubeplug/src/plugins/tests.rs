@@ -968,14 +968,19 @@ async fn a_plugin_for_a_type_not_served_yet_loads_once_its_crd_is_installed() {
     })
     .await;
     harness.publish("recorder.wasm", &guest_bytes("recorder-unknown-kind"));
-    eventually("the load failed on the unserved type", LONG, || {
-        harness.report("recorder.wasm").is_some_and(|r| {
-            r.state == "failed"
-                && r.last_error.as_deref().is_some_and(|e| {
-                    e.contains("example.com/v1/Widget") && e.contains("tried again")
-                })
-        })
-    })
+    eventually(
+        "the load failed on the unserved type, naming the plugin",
+        LONG,
+        || {
+            harness.report("recorder.wasm").is_some_and(|r| {
+                r.state == "failed"
+                    && r.name.as_deref() == Some("recorder")
+                    && r.last_error.as_deref().is_some_and(|e| {
+                        e.contains("example.com/v1/Widget") && e.contains("tried again")
+                    })
+            })
+        },
+    )
     .await;
 
     std::fs::write(
