@@ -145,18 +145,25 @@ async fn feed(
             return;
         };
         let spec = &plugin.description().subscriptions[index];
+        // Notifications turned into keys (none, for an object without the owner asked for):
+        // what reconcile mode delivers to the plugin.
+        let mut delivered = 0;
         for n in batch.iter() {
             match &spec.enqueue {
-                KeyMapping::OwnKey => queue.add(ObjectRef {
-                    resource: spec.resource.clone(),
-                    namespace: n.object().namespace().map(str::to_owned),
-                    name: n.object().name().to_owned(),
-                }),
+                KeyMapping::OwnKey => {
+                    queue.add(ObjectRef {
+                        resource: spec.resource.clone(),
+                        namespace: n.object().namespace().map(str::to_owned),
+                        name: n.object().name().to_owned(),
+                    });
+                    delivered += 1;
+                }
                 KeyMapping::Owner(owner) => {
                     let owner_namespaced = plugin.namespaced(owner).unwrap_or(true);
                     if let Some(key) = owner_key(n, owner, owner_namespaced) {
                         queue.add(key);
                     }
+                    delivered += 1;
                 }
                 KeyMapping::Computed => {
                     let event = convert::event(index as u32, spec, n);
@@ -175,7 +182,10 @@ async fn feed(
                     }
                     let (_, live) = mapper.as_mut().expect("mapper was just made");
                     match live.map_event(&event).await {
-                        Ok(keys) => keys.into_iter().for_each(|k| queue.add(k)),
+                        Ok(keys) => {
+                            keys.into_iter().for_each(|k| queue.add(k));
+                            delivered += 1;
+                        }
                         Err(e) => {
                             mapper = None;
                             plugin.stats().record_failure(&e.to_string());
@@ -185,6 +195,7 @@ async fn feed(
                 }
             }
         }
+        PluginStats::add(&plugin.stats().events_delivered, delivered);
     }
 }
 

@@ -43,7 +43,8 @@ pub struct PluginStats {
 pub struct PluginStatus {
     /// Its state.
     pub state: RunState,
-    /// Events handed to it in calls that succeeded.
+    /// Events handed to it in calls that succeeded; in reconcile mode, notifications turned
+    /// into keys (by its key mapping, `map-event` included).
     pub events_delivered: u64,
     /// Calls that trapped, ran out of time or memory, or returned an error.
     pub calls_failed: u64,

@@ -96,6 +96,13 @@ async fn requeue_error_backoff_and_one_worker_per_key() -> Result<()> {
     })
     .await?;
 
+    // Every notification reached the plugin as a key: 10 adds and 8 × 5 updates.
+    until(
+        "every event counted as delivered",
+        Duration::from_secs(60),
+        || plugin.status().events_delivered == 50,
+    )
+    .await?;
     assert_eq!(
         *recorder.overlaps.lock().unwrap(),
         0,
