@@ -8,7 +8,14 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Kubernetes event handlers as sandboxed WebAssembly plugins.
 #[derive(Debug, Parser)]
-#[command(name = "kubeplug", version, about, long_about = None)]
+#[command(
+    name = "kubeplug",
+    version,
+    about,
+    long_about = None,
+    after_help = "Logging: KUBEPLUG_LOG, else RUST_LOG, sets the filter of what goes to stderr \
+                  (tracing's syntax: `debug`, `info,kubeplug_runtime=debug`); default `info`."
+)]
 pub(crate) struct Cli {
     /// What to do.
     #[command(subcommand)]

@@ -32,17 +32,18 @@ fn main() -> ExitCode {
     } else {
         "info"
     };
+    let (filter, refused) = log_filter(default_filter);
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KUBEPLUG_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
-        );
+        .with_filter(filter);
     tracing_subscriber::registry()
         .with(stderr)
         .with(testing.then(|| journal.layer()))
         .init();
+    if let Some(refused) = refused {
+        tracing::warn!("{refused}; logging with {default_filter:?}");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -66,5 +67,29 @@ fn main() -> ExitCode {
             eprintln!("kubeplug: {error:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The variables that choose the log filter, the first one set winning: kubeplug's own, then
+/// the one every Rust tool reads.
+const LOG_VARIABLES: [&str; 2] = ["KUBEPLUG_LOG", "RUST_LOG"];
+
+/// The stderr filter: the first of [`LOG_VARIABLES`] that is set (and not empty), else
+/// `default`; and, when that variable does not parse, why (the default applies then).
+fn log_filter(default: &str) -> (tracing_subscriber::EnvFilter, Option<String>) {
+    use tracing_subscriber::EnvFilter;
+    let chosen = LOG_VARIABLES.iter().find_map(|name| {
+        let value = std::env::var(name).ok().filter(|value| !value.is_empty())?;
+        Some((*name, value))
+    });
+    match chosen {
+        None => (EnvFilter::new(default), None),
+        Some((name, value)) => match EnvFilter::builder().parse(&value) {
+            Ok(filter) => (filter, None),
+            Err(error) => (
+                EnvFilter::new(default),
+                Some(format!("{name}={value:?} is not a log filter ({error})")),
+            ),
+        },
     }
 }

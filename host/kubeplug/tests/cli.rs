@@ -148,6 +148,44 @@ fn check_describes_a_valid_plugin_and_names_what_is_wrong_with_an_invalid_one() 
     );
 }
 
+/// The log filter comes from `KUBEPLUG_LOG`, else `RUST_LOG`, else `info`; a filter that
+/// does not parse is named, and the default applies.
+#[test]
+fn rust_log_sets_the_log_level_and_kubeplug_log_wins() {
+    let plugin = built_plugin("label-audit");
+    let stderr = |variables: &[(&str, &str)]| {
+        let mut command = kubeplug();
+        command.env_remove("KUBEPLUG_LOG").env_remove("RUST_LOG");
+        command.envs(variables.iter().copied());
+        let output = command.arg("check").arg(&plugin).output().unwrap();
+        assert!(output.status.success(), "{variables:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let levels = |text: &str, level: &str| text.lines().filter(|l| l.contains(level)).count();
+
+    let default = stderr(&[]);
+    assert!(levels(&default, " INFO ") > 0, "{default}");
+    assert_eq!(levels(&default, " DEBUG "), 0, "{default}");
+    // Compiling the plugin: wasmtime logs at debug.
+    let debug = stderr(&[("RUST_LOG", "wasmtime=debug")]);
+    assert!(levels(&debug, " DEBUG wasmtime") > 0, "{debug}");
+    let quiet = stderr(&[("RUST_LOG", "debug"), ("KUBEPLUG_LOG", "error")]);
+    assert_eq!(
+        levels(&quiet, " INFO ") + levels(&quiet, " DEBUG "),
+        0,
+        "{quiet}"
+    );
+    let refused = stderr(&[("RUST_LOG", "debug[")]);
+    assert!(
+        refused.contains("RUST_LOG=\"debug[\" is not a log filter"),
+        "{refused}"
+    );
+    assert!(
+        levels(&refused, " INFO ") > 0,
+        "the default applies: {refused}"
+    );
+}
+
 fn plugin_state<'a>(plugins: &'a serde_json::Value, file: &str) -> &'a serde_json::Value {
     plugins
         .as_array()
