@@ -575,14 +575,14 @@ pub fn scope_namespace(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn write(dir: &Path, name: &str, text: &str) {
+    pub(crate) fn write(dir: &Path, name: &str, text: &str) {
         std::fs::write(dir.join(name), text).unwrap();
     }
 
-    fn deployments() -> Resource {
+    pub(crate) fn deployments() -> Resource {
         Resource::new("apps", "v1", "Deployment", "deployments", true)
     }
 

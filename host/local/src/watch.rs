@@ -184,25 +184,16 @@ impl LocalCluster {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
     use std::sync::Arc;
 
     use kubeplug_informer::factory::{InformerKey, SharedInformerFactory, Subscription};
     use kubeplug_informer::informer::HandlerOptions;
     use kubeplug_informer::listener::Notification;
     use kubeplug_informer::reflector::ReflectorConfig;
-    use kubeplug_informer::resource::Resource;
     use notify::event::{CreateKind, DataChange, RemoveKind, RenameMode};
 
     use super::*;
-
-    fn write(dir: &Path, name: &str, text: &str) {
-        std::fs::write(dir.join(name), text).unwrap();
-    }
-
-    fn deployments() -> Resource {
-        Resource::new("apps", "v1", "Deployment", "deployments", true)
-    }
+    use crate::cluster::tests::{deployments, write};
 
     /// Waits (real time, bounded) for the next notification and describes it.
     async fn next_change(subscription: &mut Subscription) -> (String, String) {

@@ -285,6 +285,32 @@ fn a_file_over_the_default_size_cap_is_rejected_unread_naming_the_cap() {
     }
 }
 
+/// Lays `root` out as the kubelet's atomic writer does for a ConfigMap volume: the files in
+/// the directory `..v1`, `..data` linking to it, each visible file linking through `..data`.
+fn configmap_volume(root: &Path, files: &[(&str, &[u8])]) {
+    volume_version(root, "..v1", files);
+    symlink("..v1", root.join("..data")).unwrap();
+    for (file, _) in files {
+        symlink(format!("..data/{file}"), root.join(file)).unwrap();
+    }
+}
+
+/// The kubelet's update of [`configmap_volume`]: the files in a new directory, a new `..data`
+/// link renamed over the old one, the old directory removed.
+fn update_configmap_volume(root: &Path, files: &[(&str, &[u8])]) {
+    volume_version(root, "..v2", files);
+    symlink("..v2", root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    std::fs::remove_dir_all(root.join("..v1")).unwrap();
+}
+
+fn volume_version(root: &Path, name: &str, files: &[(&str, &[u8])]) {
+    std::fs::create_dir(root.join(name)).unwrap();
+    for (file, bytes) in files {
+        std::fs::write(root.join(name).join(file), bytes).unwrap();
+    }
+}
+
 /// The kubelet's atomic writer: files live in a timestamped directory, `..data` links to
 /// it, and each visible file links through `..data`. An update writes a new directory and
 /// renames a new `..data` link over the old one.
@@ -292,16 +318,7 @@ fn a_file_over_the_default_size_cap_is_rejected_unread_naming_the_cap() {
 fn a_configmap_volume_swap_hands_out_exactly_the_changed_files() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let version = |name: &str, files: &[(&str, &[u8])]| {
-        std::fs::create_dir(root.join(name)).unwrap();
-        for (file, bytes) in files {
-            std::fs::write(root.join(name).join(file), bytes).unwrap();
-        }
-    };
-    version("..2026_11_29_v1", &[("a.wasm", b"a1"), ("b.wasm", b"b1")]);
-    symlink("..2026_11_29_v1", root.join("..data")).unwrap();
-    symlink("..data/a.wasm", root.join("a.wasm")).unwrap();
-    symlink("..data/b.wasm", root.join("b.wasm")).unwrap();
+    configmap_volume(root, &[("a.wasm", b"a1"), ("b.wasm", b"b1")]);
     let mut plugins = scanner(root);
     let swapped = || Hints {
         swapped: true,
@@ -312,10 +329,7 @@ fn a_configmap_volume_swap_hands_out_exactly_the_changed_files() {
         .unwrap();
     assert_eq!(names(&scan.changes), ["present a.wasm", "present b.wasm"]);
 
-    version("..2026_11_29_v2", &[("a.wasm", b"a1"), ("b.wasm", b"b2")]);
-    symlink("..2026_11_29_v2", root.join("..data_tmp")).unwrap();
-    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
-    std::fs::remove_dir_all(root.join("..2026_11_29_v1")).unwrap();
+    update_configmap_volume(root, &[("a.wasm", b"a1"), ("b.wasm", b"b2")]);
     let scan = plugins
         .scan(ScanReason::Requested, swapped(), Instant::now())
         .unwrap();
@@ -469,16 +483,7 @@ async fn each_change_to_a_plugin_file_costs_a_few_scans() {
 async fn a_configmap_volume_swap_is_seen_by_the_watcher() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let version = |name: &str, files: &[(&str, &[u8])]| {
-        std::fs::create_dir(root.join(name)).unwrap();
-        for (file, bytes) in files {
-            std::fs::write(root.join(name).join(file), bytes).unwrap();
-        }
-    };
-    version("..2026_12_01_v1", &[("a.wasm", b"a1"), ("b.wasm", b"b1")]);
-    symlink("..2026_12_01_v1", root.join("..data")).unwrap();
-    symlink("..data/a.wasm", root.join("a.wasm")).unwrap();
-    symlink("..data/b.wasm", root.join("b.wasm")).unwrap();
+    configmap_volume(root, &[("a.wasm", b"a1"), ("b.wasm", b"b1")]);
     let mut watching = Watching::start(root, Duration::from_secs(3600));
     let mut first = watching.next().await;
     // Files written just now settle first; either way both arrive once.
@@ -489,10 +494,7 @@ async fn a_configmap_volume_swap_is_seen_by_the_watcher() {
     assert_eq!(first, ["present a.wasm", "present b.wasm"]);
     let before = watching.caused_by_files();
 
-    version("..2026_12_01_v2", &[("a.wasm", b"a1"), ("b.wasm", b"b2")]);
-    symlink("..2026_12_01_v2", root.join("..data_tmp")).unwrap();
-    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
-    std::fs::remove_dir_all(root.join("..2026_12_01_v1")).unwrap();
+    update_configmap_volume(root, &[("a.wasm", b"a1"), ("b.wasm", b"b2")]);
     assert_eq!(watching.next().await, ["present b.wasm"]);
     let scans = watching.settle_since(before).await;
     assert!((1..=4).contains(&scans), "the swap took {scans} scans");
