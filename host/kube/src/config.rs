@@ -344,15 +344,23 @@ impl fmt::Debug for KubeClient {
 
 impl KubeClient {
     /// A client for `loaded`. kube's own retry layer is switched off: the Reflector backs off
-    /// and honours `Retry-After` itself. Must be called within a tokio runtime.
+    /// and honours `Retry-After` itself. Requests without a `User-Agent` get [`USER_AGENT`],
+    /// so that audit logs tell kubeplug's requests apart. Must be called within a tokio
+    /// runtime.
     pub fn new(loaded: Loaded) -> Result<Self, ConfigError> {
         let Loaded { mut config, origin } = loaded;
         config.default_retry = false;
-        let client =
-            kube::Client::try_from(config).map_err(|e| ConfigError::ClientBuildFailed {
+        let user_agent = tower_http::set_header::SetRequestHeaderLayer::if_not_present(
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static(USER_AGENT),
+        );
+        let client = kube::client::ClientBuilder::try_from(config)
+            .map_err(|e| ConfigError::ClientBuildFailed {
                 origin: origin.clone(),
                 reason: e.to_string(),
-            })?;
+            })?
+            .with_layer(&user_agent)
+            .build();
         Ok(Self {
             client,
             origin: Arc::new(origin),
@@ -388,6 +396,16 @@ impl KubeClient {
                 reason: error_chain(&e),
             })
     }
+}
+
+/// The `User-Agent` of kubeplug's requests: `kubeplug/<version>`.
+pub const USER_AGENT: &str = concat!("kubeplug/", env!("CARGO_PKG_VERSION"));
+
+/// The `User-Agent` of requests made for `plugin`: `kubeplug/<version> (plugin <name>)`, or
+/// [`USER_AGENT`] for a name that cannot be a header value.
+pub fn plugin_user_agent(plugin: &str) -> http::HeaderValue {
+    http::HeaderValue::from_str(&format!("{USER_AGENT} (plugin {plugin})"))
+        .unwrap_or(http::HeaderValue::from_static(USER_AGENT))
 }
 
 /// An error and its sources, joined by `: `.

@@ -12,7 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::client::Body;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::Status;
-use kubeplug_kube::config::{KubeClient, error_chain};
+use kubeplug_kube::config::{KubeClient, error_chain, plugin_user_agent};
 use kubeplug_kube::discovery::{Discovery, DiscoveryError};
 use kubeplug_kube::wire::decode_status;
 use kubeplug_runtime::view::{BoxFuture, EventSeverity, PatchType};
@@ -95,6 +95,7 @@ impl KubeWriter {
                 );
                 let written = self
                     .send(
+                        plugin,
                         Method::PATCH,
                         path,
                         "application/apply-patch+yaml",
@@ -127,7 +128,7 @@ impl KubeWriter {
                     write_query(&format!("kubeplug/{plugin}"), false)
                 );
                 let written = self
-                    .send(Method::PATCH, path, content_type, patch, &what)
+                    .send(plugin, Method::PATCH, path, content_type, patch, &what)
                     .await?;
                 info!(plugin, "cluster: patched {target}{part}");
                 Ok(written)
@@ -151,6 +152,7 @@ impl KubeWriter {
                 );
                 let written = self
                     .send(
+                        plugin,
                         Method::POST,
                         path,
                         "application/json",
@@ -166,6 +168,7 @@ impl KubeWriter {
                 let resource = self.resource(&target.resource, &what).await?;
                 let path = object_path(&resource, &target, None)?;
                 self.send(
+                    plugin,
                     Method::DELETE,
                     path,
                     "application/json",
@@ -216,6 +219,7 @@ impl KubeWriter {
                 let path = collection_path(&resource, Some(namespace))
                     .expect("Events are namespaced and have a namespace here");
                 self.send(
+                    plugin,
                     Method::POST,
                     path,
                     "application/json",
@@ -243,10 +247,11 @@ impl KubeWriter {
         now.max(previous + 1)
     }
 
-    /// Sends one request; the body of a 2xx answer, else the `Status` as a [`WriteError`]
-    /// naming `what`.
+    /// Sends one request for `plugin` (its `User-Agent` names it); the body of a 2xx answer,
+    /// else the `Status` as a [`WriteError`] naming `what`.
     async fn send(
         &self,
+        plugin: &str,
         method: Method,
         path: String,
         content_type: &str,
@@ -262,6 +267,7 @@ impl KubeWriter {
         let request = Request::builder()
             .method(method)
             .uri(path)
+            .header(header::USER_AGENT, plugin_user_agent(plugin))
             .header(header::ACCEPT, "application/json")
             .header(header::CONTENT_TYPE, content_type)
             .body(Body::from(body.into_bytes()))

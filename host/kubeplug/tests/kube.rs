@@ -137,13 +137,24 @@ async fn label_audit_records_an_event_on_the_api_server() {
         "{event}"
     );
     assert!(!event["reportingInstance"].as_str().unwrap().is_empty());
-    let writes: Vec<_> = server
-        .requests()
-        .into_iter()
-        .filter(|r| r.method == "POST")
-        .map(|r| r.uri)
-        .collect();
-    assert_eq!(writes, ["/apis/events.k8s.io/v1/namespaces/team-a/events"]);
+    let requests = server.requests();
+    let writes: Vec<_> = requests.iter().filter(|r| r.method == "POST").collect();
+    let uris: Vec<&str> = writes.iter().map(|r| r.uri.as_str()).collect();
+    assert_eq!(uris, ["/apis/events.k8s.io/v1/namespaces/team-a/events"]);
+    // Audit logs tell kubeplug's requests, and each plugin's writes, apart.
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        writes[0].user_agents,
+        [format!("kubeplug/{version} (plugin label-audit)")]
+    );
+    for request in requests.iter().filter(|r| r.method == "GET") {
+        assert_eq!(
+            request.user_agents,
+            [format!("kubeplug/{version}")],
+            "{}",
+            request.uri
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -178,6 +178,8 @@ pub struct RequestRecord {
     pub uri: String,
     /// The `Authorization` header, if any.
     pub authorization: Option<String>,
+    /// The `User-Agent` headers, in order (a client may send none, or several).
+    pub user_agents: Vec<String>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

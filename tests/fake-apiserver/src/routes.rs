@@ -208,6 +208,12 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
             method: request.method().to_string(),
             uri: request.uri().to_string(),
             authorization: authorization.clone(),
+            user_agents: request
+                .headers()
+                .get_all(header::USER_AGENT)
+                .iter()
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .collect(),
         });
     }
     if let Some(token) = &shared.options.bearer_token
