@@ -88,6 +88,7 @@ impl fmt::Display for InformerKey {
 
 /// Why a subscription could not be made.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FactoryError {
     /// A selector of the key does not parse.
     #[error("cannot watch {key}: {source}")]

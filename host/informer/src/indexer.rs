@@ -68,6 +68,7 @@ impl IndexSpec {
 
 /// Reading from an index that does not exist.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum IndexerError {
     /// No index of that name is registered.
     #[error("no index named {0:?}")]

@@ -18,6 +18,7 @@ use crate::resource::Resource;
 /// The informer logs and counts these with the resource and (when known) the key, skips the
 /// object, and carries on.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DecodeError {
     /// The bytes are not a JSON object.
     #[error("not a JSON object: {0}")]

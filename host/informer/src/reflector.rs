@@ -70,6 +70,7 @@ impl Default for ReflectorConfig {
 
 /// What went wrong while listing or watching; handed to the watch-error hook.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReflectorError {
     /// A list call failed.
     #[error("listing {resource} failed: {source}")]

@@ -18,6 +18,7 @@ pub use labels::LabelSelector;
 
 /// Why a selector string was refused. Every message quotes the selector and the offending part.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SelectorError {
     /// The label selector does not follow the grammar.
     #[error("label selector {selector:?}: at byte {at}: found {found}, expected {expected}")]

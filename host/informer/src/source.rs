@@ -54,6 +54,7 @@ impl fmt::Display for Status {
 
 /// Why a list or watch call failed.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum SourceError {
     /// The server answered with an error `Status`.
     #[error("server said {status}")]
