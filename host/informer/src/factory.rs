@@ -229,11 +229,13 @@ impl SharedInformerFactory {
         let informer = self.inner.acquire(&key)?;
         let receiver = informer.add_handler(options);
         Ok(Subscription {
-            listener: receiver.id(),
-            receiver: Some(receiver),
-            informer,
-            key,
-            factory: Arc::downgrade(&self.inner),
+            registration: Registration {
+                listener: receiver.id(),
+                informer,
+                key,
+                factory: Arc::downgrade(&self.inner),
+            },
+            receiver,
         })
     }
 
@@ -287,65 +289,80 @@ impl SharedInformerFactory {
     }
 }
 
-/// A handler's registration on a shared informer: its notifications (through `Deref` to the
-/// [`ListenerReceiver`], or taken with [`take_receiver`](Self::take_receiver)) and the
-/// informer's cache. Dropping it unregisters the handler, and stops the informer if nobody
-/// else uses it.
+/// A handler on a shared informer: its notifications (through `Deref` to the
+/// [`ListenerReceiver`]) and its [`Registration`]. Dropping it unregisters the handler, and
+/// stops the informer if nobody else uses it; [`into_parts`](Self::into_parts) hands the
+/// receiver to whoever drives the handler and the registration to whoever owns it.
+#[derive(Debug)]
 pub struct Subscription {
-    /// `None` once taken.
-    receiver: Option<ListenerReceiver>,
-    listener: ListenerId,
-    informer: SharedIndexInformer,
-    key: InformerKey,
-    factory: Weak<FactoryInner>,
-}
-
-impl fmt::Debug for Subscription {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Subscription")
-            .field("key", &self.key)
-            .field("listener", &self.listener)
-            .finish()
-    }
+    // Drops first: the handler is unregistered before its receiver goes.
+    registration: Registration,
+    receiver: ListenerReceiver,
 }
 
 impl Subscription {
     /// The shared informer.
     pub fn informer(&self) -> &SharedIndexInformer {
-        &self.informer
+        self.registration.informer()
     }
 
     /// What this subscription watches.
     pub fn key(&self) -> &InformerKey {
-        &self.key
+        self.registration.key()
     }
 
-    /// Hands the receiver to whoever drives the handler; the subscription stays the owner of
-    /// the registration (keep it alive as long as the receiver is used).
-    ///
-    /// # Panics
-    /// If the receiver was taken already.
-    pub fn take_receiver(&mut self) -> ListenerReceiver {
-        self.receiver
-            .take()
-            .expect("the receiver was already taken")
+    /// The registration and the receiver apart. The handler stays registered as long as the
+    /// registration lives: keep it as long as the receiver is read.
+    pub fn into_parts(self) -> (Registration, ListenerReceiver) {
+        (self.registration, self.receiver)
     }
 }
 
 impl std::ops::Deref for Subscription {
     type Target = ListenerReceiver;
     fn deref(&self) -> &ListenerReceiver {
-        self.receiver.as_ref().expect("the receiver was taken")
+        &self.receiver
     }
 }
 
 impl std::ops::DerefMut for Subscription {
     fn deref_mut(&mut self) -> &mut ListenerReceiver {
-        self.receiver.as_mut().expect("the receiver was taken")
+        &mut self.receiver
     }
 }
 
-impl Drop for Subscription {
+/// A handler's registration on a shared informer, without its receiver (see
+/// [`Subscription::into_parts`]). Dropping it unregisters the handler, and stops the informer
+/// if nobody else uses it.
+pub struct Registration {
+    listener: ListenerId,
+    informer: SharedIndexInformer,
+    key: InformerKey,
+    factory: Weak<FactoryInner>,
+}
+
+impl fmt::Debug for Registration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registration")
+            .field("key", &self.key)
+            .field("listener", &self.listener)
+            .finish()
+    }
+}
+
+impl Registration {
+    /// The shared informer.
+    pub fn informer(&self) -> &SharedIndexInformer {
+        &self.informer
+    }
+
+    /// What the handler watches.
+    pub fn key(&self) -> &InformerKey {
+        &self.key
+    }
+}
+
+impl Drop for Registration {
     fn drop(&mut self) {
         self.informer.remove_handler(self.listener);
         if let Some(factory) = self.factory.upgrade() {

@@ -68,9 +68,11 @@ pub(crate) async fn record(args: RecordArgs) -> anyhow::Result<()> {
             label_selector: None,
             field_selector: None,
         };
-        let mut subscription = factory.subscribe(key, HandlerOptions::default())?;
+        let (registration, receiver) = factory
+            .subscribe(key, HandlerOptions::default())?
+            .into_parts();
         batches.push(Box::pin(futures::stream::unfold(
-            subscription.take_receiver(),
+            receiver,
             |mut receiver: ListenerReceiver| async move {
                 receiver
                     .recv_batch(BATCH)
@@ -78,7 +80,7 @@ pub(crate) async fn record(args: RecordArgs) -> anyhow::Result<()> {
                     .map(|batch| (batch, receiver))
             },
         )));
-        subscriptions.push(subscription);
+        subscriptions.push(registration);
     }
 
     let mut recorder = Recorder::create(&args.out)?;

@@ -87,7 +87,7 @@ async fn handlers_share_one_informer_which_stops_after_the_last_user() {
         .unwrap();
     let factory =
         SharedInformerFactory::new(Arc::new(Memory(server.clone())), ReflectorConfig::default());
-    let mut first = factory
+    let first = factory
         .subscribe(pods(), HandlerOptions::default())
         .unwrap();
     let second = factory
@@ -103,7 +103,7 @@ async fn handlers_share_one_informer_which_stops_after_the_last_user() {
     );
     assert_eq!(lease.informer().indexer().len(), 1);
 
-    let mut receiver = first.take_receiver();
+    let (first, mut receiver) = first.into_parts();
     let batch = receiver.recv_batch(10).await.unwrap();
     assert_eq!(batch[0].key().as_str(), "ns/a");
     drop(batch);
@@ -113,7 +113,7 @@ async fn handlers_share_one_informer_which_stops_after_the_last_user() {
     assert_eq!(factory.keys(), [pods()], "the lease keeps it running");
     assert!(
         receiver.recv_batch(1).await.is_none(),
-        "dropping the subscription unregisters"
+        "dropping the registration unregisters"
     );
     drop(lease);
     assert!(factory.keys().is_empty());

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt as _;
-use kubeplug_informer::factory::{InformerKey, InformerLease, SharedInformerFactory, Subscription};
+use kubeplug_informer::factory::{InformerKey, InformerLease, Registration, SharedInformerFactory};
 use kubeplug_informer::informer::HandlerOptions;
 use kubeplug_informer::listener::{BufferPolicy, ListenerProbe, ListenerReceiver};
 use kubeplug_runtime::status::{MetricValue, SeriesKey};
@@ -43,7 +43,7 @@ use crate::config::Config;
 /// A plugin's handler registrations, not yet delivered to.
 #[derive(Default)]
 struct Registered {
-    subscriptions: Vec<Subscription>,
+    subscriptions: Vec<Registration>,
     receivers: Vec<ListenerReceiver>,
 }
 
@@ -77,7 +77,7 @@ struct Delivering {
     control: DriverControl,
     /// Owners of its handler registrations; dropping them unregisters the plugin (its
     /// listeners close and drop what they buffer).
-    subscriptions: Vec<Subscription>,
+    subscriptions: Vec<Registration>,
     probes: Vec<ListenerProbe>,
     /// The events driver, or the reconcile feeders.
     tasks: Vec<JoinHandle<()>>,
@@ -453,12 +453,13 @@ impl PluginHost {
                 buffer,
                 resync_period: wanted.resync_period,
             };
-            let mut subscription = self
+            let (registration, receiver) = self
                 .factory
                 .subscribe(key.clone(), options)
-                .map_err(|e| e.to_string())?;
-            registered.receivers.push(subscription.take_receiver());
-            registered.subscriptions.push(subscription);
+                .map_err(|e| e.to_string())?
+                .into_parts();
+            registered.receivers.push(receiver);
+            registered.subscriptions.push(registration);
         }
         Ok(registered)
     }

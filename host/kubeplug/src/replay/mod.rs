@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
-use kubeplug_informer::factory::{InformerKey, SharedInformerFactory, Subscription};
+use kubeplug_informer::factory::{InformerKey, Registration, SharedInformerFactory};
 use kubeplug_informer::informer::HandlerOptions;
 use kubeplug_informer::listener::{BufferPolicy, ListenerProbe};
 use kubeplug_informer::object::ObjectKey;
@@ -281,7 +281,7 @@ struct Pipeline {
     factory: SharedInformerFactory,
     control: DriverControl,
     /// Its handler registrations; dropped at the end.
-    subscriptions: Vec<Subscription>,
+    subscriptions: Vec<Registration>,
     probes: Vec<ListenerProbe>,
     /// The events driver, or the reconcile feeders.
     tasks: Vec<JoinHandle<()>>,
@@ -346,9 +346,9 @@ impl Pipeline {
                 label_selector: wanted.label_selector.clone(),
                 field_selector: wanted.field_selector.clone(),
             };
-            let mut subscription = factory.subscribe(key, options.clone())?;
-            receivers.push(subscription.take_receiver());
-            subscriptions.push(subscription);
+            let (registration, receiver) = factory.subscribe(key, options.clone())?.into_parts();
+            receivers.push(receiver);
+            subscriptions.push(registration);
         }
         let probes = receivers.iter().map(|r| r.probe()).collect();
         let mut pipeline = Self {
