@@ -248,8 +248,13 @@ impl Reflector {
         self.decoder.resource().to_string()
     }
 
-    fn report(&self, error: ReflectorError) {
-        warn!(%error, "reflector");
+    /// Logs `error` (with the back-off before the next attempt, when there is one: one line
+    /// per failed attempt) and hands it to the error handler.
+    fn report(&self, error: ReflectorError, retry_in: Option<Duration>) {
+        match retry_in {
+            Some(delay) => warn!(%error, retry_in = ?delay, "reflector"),
+            None => warn!(%error, "reflector"),
+        }
         if let Some(handler) = &self.on_error {
             handler(&error);
         }
@@ -345,11 +350,11 @@ impl Reflector {
             }
             Err(error) => {
                 let retry_after = error.retry_after();
-                self.fail(ReflectorError::ListFailed {
+                let error = ReflectorError::ListFailed {
                     resource: self.resource(),
                     source: error,
-                });
-                self.backoff_then(State::List, retry_after)
+                };
+                self.fail_and_back_off(error, State::List, retry_after)
             }
         }
     }
@@ -393,10 +398,10 @@ impl Reflector {
             }
             Err(error) => {
                 let retry_after = error.retry_after();
-                self.fail(ReflectorError::WatchFailed {
+                let error = ReflectorError::WatchFailed {
                     resource: self.resource(),
                     source: error,
-                });
+                };
                 let then = if streaming_list {
                     self.relist_after_streaming_failure()
                 } else {
@@ -405,7 +410,7 @@ impl Reflector {
                         streaming_list,
                     }
                 };
-                self.backoff_then(then, retry_after)
+                self.fail_and_back_off(error, then, retry_after)
             }
         }
     }
@@ -432,11 +437,12 @@ impl Reflector {
             Some(Err(error)) => {
                 let gone = error.is_gone();
                 let retry_after = error.retry_after();
-                self.fail(ReflectorError::WatchFailed {
+                let error = ReflectorError::WatchFailed {
                     resource: self.resource(),
                     source: error,
-                });
+                };
                 return self.after_broken_watch(
+                    error,
                     resource_version,
                     initial.is_some(),
                     gone,
@@ -454,11 +460,7 @@ impl Reflector {
                         streaming_list: false,
                     },
                 };
-                return if quick {
-                    self.backoff_then(then, None)
-                } else {
-                    then
-                };
+                return if quick { self.backoff_then(then) } else { then };
             }
         };
         self.stats.events.fetch_add(1, Ordering::Relaxed);
@@ -504,17 +506,24 @@ impl Reflector {
             }
             WatchEvent::Error(status) => {
                 let gone = status.is_gone();
-                self.fail(ReflectorError::WatchEnded {
+                let error = ReflectorError::WatchEnded {
                     resource: self.resource(),
                     status,
-                });
+                };
                 // The server accepted the streaming list, then refused it in the stream.
                 if initial.is_some() && self.config.initial_list == InitialListMode::Auto {
+                    self.fail(error);
                     debug!("streaming list failed in the stream; falling back to list-then-watch");
                     self.streaming_refused = true;
                     return State::List;
                 }
-                return self.after_broken_watch(resource_version, initial.is_some(), gone, None);
+                return self.after_broken_watch(
+                    error,
+                    resource_version,
+                    initial.is_some(),
+                    gone,
+                    None,
+                );
             }
         }
         if initial.is_none() {
@@ -529,14 +538,18 @@ impl Reflector {
         }
     }
 
+    /// After `error` broke a watch: relist at once on `410 Gone`, else back off, then
+    /// re-watch from `resource_version` (or relist, for a streaming list).
     fn after_broken_watch(
         &mut self,
+        error: ReflectorError,
         resource_version: String,
         streaming_list: bool,
         gone: bool,
         retry_after: Option<Duration>,
     ) -> State {
         if gone {
+            self.fail(error);
             return State::List;
         }
         let then = if streaming_list {
@@ -547,19 +560,35 @@ impl Reflector {
                 streaming_list: false,
             }
         };
-        self.backoff_then(then, retry_after)
+        self.fail_and_back_off(error, then, retry_after)
     }
 
+    /// Counts and reports a failure after which `then` follows at once.
     fn fail(&mut self, error: ReflectorError) {
         self.stats.errors.fetch_add(1, Ordering::Relaxed);
-        self.report(error);
+        self.report(error, None);
     }
 
-    fn backoff_then(&mut self, then: State, retry_after: Option<Duration>) -> State {
-        let delay = self
-            .backoff
-            .next(Instant::now())
-            .max(retry_after.unwrap_or_default());
+    /// Counts and reports a failure, in one line with the back-off before `then`.
+    fn fail_and_back_off(
+        &mut self,
+        error: ReflectorError,
+        then: State,
+        retry_after: Option<Duration>,
+    ) -> State {
+        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        let delay = self.next_delay(retry_after);
+        self.report(error, Some(delay));
+        State::Backoff {
+            until: Instant::now() + delay,
+            then: Box::new(then),
+        }
+    }
+
+    /// Backs off before `then` without a failure to report (a watch the server closed at
+    /// once).
+    fn backoff_then(&mut self, then: State) -> State {
+        let delay = self.next_delay(None);
         debug!(?delay, "backing off");
         State::Backoff {
             until: Instant::now() + delay,
@@ -567,15 +596,25 @@ impl Reflector {
         }
     }
 
+    /// The next back-off, at least what the server asked for.
+    fn next_delay(&mut self, retry_after: Option<Duration>) -> Duration {
+        self.backoff
+            .next(Instant::now())
+            .max(retry_after.unwrap_or_default())
+    }
+
     fn decode(&self, raw: &[u8]) -> Option<Arc<Object>> {
         match self.decoder.decode(raw) {
             Ok(object) => Some(Arc::new(object)),
             Err(source) => {
                 self.stats.skipped_objects.fetch_add(1, Ordering::Relaxed);
-                self.report(ReflectorError::ObjectSkipped {
-                    resource: self.resource(),
-                    source,
-                });
+                self.report(
+                    ReflectorError::ObjectSkipped {
+                        resource: self.resource(),
+                        source,
+                    },
+                    None,
+                );
                 None
             }
         }

@@ -14,7 +14,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     about,
     long_about = None,
     after_help = "Logging: KUBEPLUG_LOG, else RUST_LOG, sets the filter of what goes to stderr \
-                  (tracing's syntax: `debug`, `info,kubeplug_runtime=debug`); default `info`."
+                  (tracing's syntax: `debug`, `info,kubeplug_runtime=debug`); default `info` without the \
+                  kube client's own copy of each failed request."
 )]
 pub(crate) struct Cli {
     /// What to do.

@@ -30,7 +30,7 @@ fn main() -> ExitCode {
     let default_filter = if testing {
         replay::DEFAULT_LOG_FILTER
     } else {
-        "info"
+        DEFAULT_LOG_FILTER
     };
     let (filter, refused) = log_filter(default_filter);
     let stderr = tracing_subscriber::fmt::layer()
@@ -69,6 +69,11 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// The log filter of stderr unless [`LOG_VARIABLES`] say otherwise: `info`, without the kube
+/// client's own line for each failed request (its trace layer logs them at `error`): kubeplug
+/// logs each failed attempt itself, with what it was for and the back-off.
+const DEFAULT_LOG_FILTER: &str = "info,kube_client::client::builder=off";
 
 /// The variables that choose the log filter, the first one set winning: kubeplug's own, then
 /// the one every Rust tool reads.

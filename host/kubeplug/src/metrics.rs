@@ -125,7 +125,8 @@ impl Collector for InformerCollector {
     }
 }
 
-/// Per plugin (label `plugin`; the file for one that failed to load):
+/// Per plugin (label `plugin`; the file for one that failed to load, whose name may be another
+/// file's):
 /// `kubeplug_plugin_loaded` (1 when running), `kubeplug_plugin_quarantined`,
 /// `kubeplug_plugin_events_total` and `kubeplug_plugin_failures_total` (over every version
 /// of the file); `kubeplug_plugin_reloads_total{result}`; and the series plugins define.
@@ -147,10 +148,10 @@ impl Collector for PluginCollector {
             .reports()
             .into_iter()
             .map(|r| {
-                let name = r
-                    .name
-                    .clone()
-                    .unwrap_or_else(|| r.file.display().to_string());
+                let name = match (&r.name, r.state) {
+                    (Some(name), state) if state != "failed" => name.clone(),
+                    _ => r.file.display().to_string(),
+                };
                 (name, r)
             })
             .collect();

@@ -155,7 +155,6 @@ fn rust_log_sets_the_log_level_and_kubeplug_log_wins() {
     let plugin = built_plugin("label-audit");
     let stderr = |variables: &[(&str, &str)]| {
         let mut command = kubeplug();
-        command.env_remove("KUBEPLUG_LOG").env_remove("RUST_LOG");
         command.envs(variables.iter().copied());
         let output = command.arg("check").arg(&plugin).output().unwrap();
         assert!(output.status.success(), "{variables:?}");
@@ -275,6 +274,16 @@ fn a_running_host_serves_probes_metrics_and_plugin_status_and_follows_the_manife
             .contains("broken.wasm"),
         "{broken}"
     );
+    let logged: Vec<String> = host
+        .stderr_lines()
+        .into_iter()
+        .filter(|line| line.contains(" ERROR ") && line.contains("broken.wasm"))
+        .collect();
+    assert_eq!(
+        logged.len(),
+        1,
+        "the broken file is reported once: {logged:?}"
+    );
 
     // The label-audit plugin saw the Deployment; editing the manifest reaches it as an update.
     let delivered = |body: &str| {
@@ -334,6 +343,7 @@ fn a_running_host_serves_probes_metrics_and_plugin_status_and_follows_the_manife
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     let copy = plugin_state(&status, "audit-copy.wasm");
     assert_eq!(copy["state"], "failed", "{copy}");
+    assert_eq!(copy["name"], "label-audit", "it described itself: {copy}");
     assert!(
         copy["last_error"]
             .as_str()
@@ -341,6 +351,13 @@ fn a_running_host_serves_probes_metrics_and_plugin_status_and_follows_the_manife
             .contains("plugin label-audit is already loaded from"),
         "{copy}"
     );
+    // One series per plugin: the refused copy is keyed by its file.
+    let (_, metrics) = host.get("/metrics");
+    let loaded: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("kubeplug_plugin_loaded{plugin=\"label-audit\"}"))
+        .collect();
+    assert_eq!(loaded.len(), 1, "{loaded:?}");
     std::fs::remove_file(plugins.path().join("reconciler.wasm")).unwrap();
     host.wait_for("/plugins", |_, body| !body.contains("reconciler.wasm"));
 }

@@ -179,6 +179,21 @@ async fn readyz_names_an_unreachable_server() {
     assert!(body.contains(&address), "{body}");
     assert!(body.contains(kubeconfig.to_str().unwrap()), "{body}");
     assert_eq!(host.get("/healthz"), (200, "ok".to_owned()));
+    // Each failed attempt is kubeplug's own line; the kube client's copy of it is not logged.
+    wait_until("a second failed attempt", || {
+        let attempts = host
+            .stderr_lines()
+            .iter()
+            .filter(|line| line.contains("cannot reach the cluster; retrying in"))
+            .count();
+        (attempts >= 2).then_some(())
+    });
+    let kube_client: Vec<String> = host
+        .stderr_lines()
+        .into_iter()
+        .filter(|line| line.contains("kube_client"))
+        .collect();
+    assert!(kube_client.is_empty(), "{kube_client:?}");
 }
 
 #[test]

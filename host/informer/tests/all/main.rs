@@ -3,4 +3,5 @@
 
 mod factory;
 mod informer;
+mod logging;
 mod streaming;

@@ -6,15 +6,16 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-/// `kubeplug`, logging at info. The tests name the cluster themselves: nothing from the
-/// environment may pick another.
+/// `kubeplug`, logging with its default filter (what a user gets). The tests name the
+/// cluster themselves: nothing from the environment may pick another.
 pub(crate) fn kubeplug() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_kubeplug"));
     command
-        .env("KUBEPLUG_LOG", "info")
+        .env_remove("KUBEPLUG_LOG")
+        .env_remove("RUST_LOG")
         .env_remove("KUBECONFIG")
         .env_remove("KUBERNETES_SERVICE_HOST")
         .env_remove("KUBEPLUG_LOCAL");
@@ -47,6 +48,8 @@ pub(crate) fn wait_until<T>(what: &str, mut probe: impl FnMut() -> Option<T>) ->
 pub(crate) struct Host {
     pub(crate) child: Child,
     address: SocketAddr,
+    /// Every line it wrote to stderr so far.
+    stderr: Arc<Mutex<Vec<String>>>,
 }
 
 impl Drop for Host {
@@ -69,12 +72,15 @@ impl Host {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let stderr = child.stderr.take().unwrap();
+        let pipe = child.stderr.take().unwrap();
         let (lines, received) = mpsc::channel();
+        let stderr = Arc::<Mutex<Vec<String>>>::default();
+        let kept = stderr.clone();
         std::thread::spawn(move || {
             // Keeps draining after the address is found: a closed pipe would kill the host.
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
                 eprintln!("kubeplug: {line}");
+                kept.lock().unwrap().push(line.clone());
                 let _ = lines.send(line);
             }
         });
@@ -92,7 +98,16 @@ impl Host {
                     .unwrap();
             }
         };
-        Self { child, address }
+        Self {
+            child,
+            address,
+            stderr,
+        }
+    }
+
+    /// The lines it wrote to stderr so far.
+    pub(crate) fn stderr_lines(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
     }
 
     /// `GET path`: the status code and the body.
