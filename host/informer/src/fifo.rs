@@ -128,6 +128,8 @@ pub struct DeltaFifo {
     known: Indexer,
     /// Mirrors `has_synced` for lock-free readers (each handler's HasSynced).
     synced: Arc<AtomicBool>,
+    /// Wakes every [`wait_for_sync`](Self::wait_for_sync) once `synced` turns true.
+    synced_now: Notify,
 }
 
 impl std::fmt::Debug for DeltaFifo {
@@ -148,6 +150,7 @@ impl DeltaFifo {
             ready: Notify::new(),
             known,
             synced: Arc::default(),
+            synced_now: Notify::new(),
         }
     }
 
@@ -246,8 +249,11 @@ impl DeltaFifo {
     }
 
     fn update_synced(&self, state: &State) {
-        if state.populated && state.initial_population_count == 0 {
-            self.synced.store(true, Ordering::Release);
+        if state.populated
+            && state.initial_population_count == 0
+            && !self.synced.swap(true, Ordering::AcqRel)
+        {
+            self.synced_now.notify_waiters();
         }
     }
 
@@ -266,7 +272,6 @@ impl DeltaFifo {
                     let in_initial_list = !(state.populated && state.initial_population_count == 0);
                     state.initial_population_count =
                         state.initial_population_count.saturating_sub(1);
-                    self.update_synced(&state);
                     let process = process.take().expect("process runs once");
                     if let Processed::Requeue(deltas) =
                         process(key.clone(), deltas, in_initial_list)
@@ -274,6 +279,8 @@ impl DeltaFifo {
                         state.queue.push_back(key.clone());
                         state.items.insert(key, deltas);
                     }
+                    // After `process`: whoever the sync wakes finds the last item cached.
+                    self.update_synced(&state);
                     return true;
                 }
                 if state.closed {
@@ -294,6 +301,20 @@ impl DeltaFifo {
     /// True once the first `replace` happened and every key it queued was popped.
     pub fn has_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
+    }
+
+    /// Waits until [`has_synced`](Self::has_synced); woken by the pop that syncs the FIFO.
+    pub async fn wait_for_sync(&self) {
+        loop {
+            let synced_now = self.synced_now.notified();
+            tokio::pin!(synced_now);
+            // Registered before the check, so a sync between the two still wakes it.
+            synced_now.as_mut().enable();
+            if self.has_synced() {
+                return;
+            }
+            synced_now.await;
+        }
     }
 
     /// A flag that follows [`has_synced`](Self::has_synced).

@@ -5,8 +5,10 @@
 //! removed while the informer runs: a new index is built over the current contents, and an
 //! index is shared, reference-counted by its name, between everyone who asked for it.
 
+use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::hash::Hash;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 use crate::object::{Object, ObjectKey};
@@ -226,12 +228,16 @@ impl IndexerWriter {
         old
     }
 
-    /// Removes the object with this key; returns it.
-    pub fn delete(&mut self, key: &ObjectKey) -> Option<Arc<Object>> {
+    /// Removes the object with this key (an [`ObjectKey`] or its text); returns it.
+    pub fn delete<K>(&mut self, key: &K) -> Option<Arc<Object>>
+    where
+        K: Hash + Eq + ?Sized,
+        ObjectKey: Borrow<K>,
+    {
         let mut state = write(&self.state);
         let old = state.items.remove(key)?;
         for index in state.indexes.values_mut() {
-            index.remove(key, &old);
+            index.remove(old.key(), &old);
         }
         Some(old)
     }
@@ -257,13 +263,21 @@ impl IndexerWriter {
 }
 
 impl Indexer {
-    /// The object with this key.
-    pub fn get(&self, key: &str) -> Option<Arc<Object>> {
+    /// The object with this key (an [`ObjectKey`] or its text).
+    pub fn get<K>(&self, key: &K) -> Option<Arc<Object>>
+    where
+        K: Hash + Eq + ?Sized,
+        ObjectKey: Borrow<K>,
+    {
         read(&self.state).items.get(key).cloned()
     }
 
-    /// Whether an object with this key is cached.
-    pub fn contains(&self, key: &str) -> bool {
+    /// Whether an object with this key (an [`ObjectKey`] or its text) is cached.
+    pub fn contains<K>(&self, key: &K) -> bool
+    where
+        K: Hash + Eq + ?Sized,
+        ObjectKey: Borrow<K>,
+    {
         read(&self.state).items.contains_key(key)
     }
 
@@ -421,7 +435,7 @@ mod tests {
         values.sort();
         assert_eq!(values, ["db"]);
 
-        writer.delete(&"a/p3".into());
+        writer.delete("a/p3");
         assert_eq!(
             sorted(reader.index_keys(app.name(), "db").unwrap()),
             ["a/p1"]

@@ -19,7 +19,9 @@ use crate::fifo::{DeltaFifo, DeltaType, Deltas, Processed};
 use crate::indexer::{Indexer, IndexerWriter, new_indexer};
 use crate::listener::{BufferPolicy, Listener, ListenerId, ListenerReceiver, Notification};
 use crate::object::ObjectDecoder;
-use crate::reflector::{Reflector, ReflectorConfig, ReflectorStats, WatchErrorHandler};
+use crate::reflector::{
+    Reflector, ReflectorConfig, ReflectorCounts, ReflectorStats, WatchErrorHandler,
+};
 use crate::source::ListerWatcher;
 
 /// How a handler wants its notifications.
@@ -250,15 +252,12 @@ impl SharedIndexInformer {
 
     /// Waits until [`has_synced`](Self::has_synced).
     pub async fn wait_for_sync(&self) {
-        let mut poll = tokio::time::interval(Duration::from_millis(10));
-        while !self.has_synced() {
-            poll.tick().await;
-        }
+        self.inner.fifo.wait_for_sync().await;
     }
 
-    /// The Reflector's counters.
-    pub fn reflector_stats(&self) -> &ReflectorStats {
-        &self.inner.reflector_stats
+    /// The Reflector's counters now.
+    pub fn reflector_counts(&self) -> ReflectorCounts {
+        self.inner.reflector_stats.counts()
     }
 
     /// client-go's `LastSyncResourceVersion`: the Reflector has handed every change up to

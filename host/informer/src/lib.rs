@@ -8,7 +8,7 @@
 //! - [`source`]: the [`ListerWatcher`](source::ListerWatcher) contract; the
 //!   `kubeplug-memory` crate is an in-process implementation, with fault injection.
 //! - [`object`]: the cached [`Object`](object::Object), JSON text plus parsed metadata, and its
-//!   decoder; [`json`] is the structural scanner behind it.
+//!   decoder (on the structural scanner of the `kubeplug-json` crate).
 //! - [`reflector`]: ListAndWatch as a state machine.
 //! - [`fifo`]: the DeltaFIFO.
 //! - [`indexer`]: the cache and its indexes.
@@ -19,12 +19,57 @@
 //!
 //! This crate knows nothing of WebAssembly: handlers are whatever reads a
 //! [`ListenerReceiver`](listener::ListenerReceiver).
+//!
+//! # Example
+//!
+//! One informer on the in-memory server of `kubeplug-memory`, one handler, and a clean
+//! shutdown; any [`ListerWatcher`](source::ListerWatcher) takes the server's place.
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use futures::StreamExt;
+//! use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
+//! use kubeplug_informer::object::ObjectDecoder;
+//! use kubeplug_informer::reflector::ReflectorConfig;
+//! use kubeplug_informer::resource::Resource;
+//! use kubeplug_memory::MemoryServer;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let pods = Resource::new("", "v1", "Pod", "pods", true);
+//! let server = MemoryServer::new();
+//! server
+//!     .create(&pods, r#"{"metadata":{"name":"web","namespace":"shop"}}"#)
+//!     .unwrap();
+//!
+//! let informer = SharedIndexInformer::new(
+//!     Arc::new(server.lister_watcher(pods.clone(), None, None, None)),
+//!     ObjectDecoder::new(pods),
+//!     ReflectorConfig::default(),
+//! );
+//! let mut handler = informer.add_handler(HandlerOptions::default());
+//! informer.start();
+//! informer.wait_for_sync().await;
+//! assert!(informer.indexer().get("shop/web").is_some());
+//!
+//! let batch = handler.next().await.expect("the initial list");
+//! assert_eq!(batch[0].key().as_str(), "shop/web");
+//! // Dropping a batch marks it handled: that is what turns `handler.has_synced()` true.
+//! drop(batch);
+//! assert!(handler.has_synced());
+//!
+//! // Shutdown: cancel the Reflector, close the DeltaFIFO and every handler's buffer, and
+//! // wait for the informer's tasks. The handler's stream then ends.
+//! informer.stop().await;
+//! assert!(handler.next().await.is_none());
+//! # }
+//! ```
 
 pub mod factory;
 pub mod fifo;
 pub mod indexer;
 pub mod informer;
-pub mod json;
 pub mod listener;
 pub mod object;
 pub mod reflector;

@@ -5,10 +5,14 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::Stream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -211,7 +215,14 @@ impl Listener {
             resync_period: resync_period.filter(|p| !p.is_zero()),
             next_resync: resync_period.map(|p| Instant::now() + p),
         };
-        (listener, ListenerReceiver { id, shared })
+        (
+            listener,
+            ListenerReceiver {
+                id,
+                shared,
+                woken: None,
+            },
+        )
     }
 
     pub(crate) fn id(&self) -> ListenerId {
@@ -282,9 +293,25 @@ fn close(shared: &Shared) {
 /// (with [`BufferPolicy::CoalesceByKey`], only the latest per key). `has_synced` is true once
 /// the informer has synced and every initial-list add delivered here has been handled, i.e.
 /// its batch dropped. Dropping the receiver unregisters the handler's buffer.
+///
+/// As a [`Stream`], each item is a batch of every notification waiting, up to
+/// [`STREAM_BATCH_MAX`]; the stream ends where [`recv_batch`](Self::recv_batch) returns `None`.
 pub struct ListenerReceiver {
     id: ListenerId,
     shared: Arc<Shared>,
+    /// The stream's pending wait for a push, kept across polls.
+    woken: Option<Pin<Box<dyn Future<Output = ()> + Send + Sync>>>,
+}
+
+/// The most notifications one item of the [`Stream`] holds: large enough to amortise the
+/// lock, small enough that a handler is not handed a whole relist at once.
+pub const STREAM_BATCH_MAX: usize = 256;
+
+/// What the buffer held when a receiver looked.
+enum Taken {
+    Batch(NotificationBatch),
+    Empty,
+    Closed,
 }
 
 impl fmt::Debug for ListenerReceiver {
@@ -301,33 +328,39 @@ impl ListenerReceiver {
     /// handler was removed or the informer stopped.
     pub async fn recv_batch(&mut self, max: usize) -> Option<NotificationBatch> {
         loop {
-            {
-                let mut buffer = self.shared.lock();
-                if buffer.closed {
-                    return None;
-                }
-                if !buffer.order.is_empty() {
-                    let mut notifications = Vec::with_capacity(max.min(buffer.order.len()));
-                    while notifications.len() < max.max(1) {
-                        match buffer.pop() {
-                            Some(n) => notifications.push(n),
-                            None => break,
-                        }
-                    }
-                    drop(buffer);
-                    self.shared
-                        .depth
-                        .fetch_sub(notifications.len(), Ordering::Relaxed);
-                    let initial = notifications.iter().filter(|n| n.is_initial()).count();
-                    return Some(NotificationBatch {
-                        notifications,
-                        initial,
-                        shared: self.shared.clone(),
-                    });
-                }
+            match self.take(max) {
+                Taken::Batch(batch) => return Some(batch),
+                Taken::Closed => return None,
+                Taken::Empty => self.shared.ready.notified().await,
             }
-            self.shared.ready.notified().await;
         }
+    }
+
+    fn take(&self, max: usize) -> Taken {
+        let mut buffer = self.shared.lock();
+        if buffer.closed {
+            return Taken::Closed;
+        }
+        if buffer.order.is_empty() {
+            return Taken::Empty;
+        }
+        let mut notifications = Vec::with_capacity(max.clamp(1, buffer.order.len()));
+        while notifications.len() < max.max(1) {
+            match buffer.pop() {
+                Some(n) => notifications.push(n),
+                None => break,
+            }
+        }
+        drop(buffer);
+        self.shared
+            .depth
+            .fetch_sub(notifications.len(), Ordering::Relaxed);
+        let initial = notifications.iter().filter(|n| n.is_initial()).count();
+        Taken::Batch(NotificationBatch {
+            notifications,
+            initial,
+            shared: self.shared.clone(),
+        })
     }
 
     /// Notifications waiting in the buffer.
@@ -394,6 +427,38 @@ impl ListenerProbe {
     /// given (e.g. for a test harness waiting until a handler is idle).
     pub fn unhandled(&self) -> usize {
         self.shared.unhandled.load(Ordering::Acquire)
+    }
+}
+
+impl Stream for ListenerReceiver {
+    type Item = NotificationBatch;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            match self.take(STREAM_BATCH_MAX) {
+                Taken::Batch(batch) => {
+                    self.woken = None;
+                    return Poll::Ready(Some(batch));
+                }
+                Taken::Closed => {
+                    self.woken = None;
+                    return Poll::Ready(None);
+                }
+                Taken::Empty => {}
+            }
+            // `ready` keeps a permit when nobody waits, so a push between the look above
+            // and this wait still wakes it.
+            let shared = &self.shared;
+            if self.woken.is_none() {
+                let shared = shared.clone();
+                self.woken = Some(Box::pin(async move { shared.ready.notified().await }));
+            }
+            let woken = self.woken.as_mut().expect("set above");
+            match woken.as_mut().poll(cx) {
+                Poll::Ready(()) => self.woken = None,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
     }
 }
 
@@ -499,6 +564,35 @@ mod tests {
         let rest = rx.recv_batch(64).await.unwrap();
         assert_eq!(summary(&rest), [("a".into(), 4), ("a".into(), 5)]);
         assert_eq!(rx.depth(), 0);
+    }
+
+    #[tokio::test]
+    async fn as_a_stream_it_yields_bounded_batches_waits_for_pushes_and_ends_on_close() {
+        use futures::StreamExt;
+
+        let synced = Arc::new(AtomicBool::new(true));
+        let (listener, mut rx) =
+            Listener::new(ListenerId(1), BufferPolicy::Unbounded, None, synced);
+        for rv in 1..=300 {
+            listener.push(add("a", rv, false));
+        }
+        let first = rx.next().await.unwrap();
+        assert_eq!(first.len(), STREAM_BATCH_MAX);
+        let rest = rx.next().await.unwrap();
+        assert_eq!(rest.len(), 300 - STREAM_BATCH_MAX);
+        assert_eq!(summary(&rest).last(), Some(&("a".into(), 300)));
+
+        let reader = tokio::spawn(async move {
+            let batch = rx.next().await.map(|b| summary(&b));
+            (batch, rx.next().await.is_none())
+        });
+        tokio::task::yield_now().await;
+        listener.push(add("b", 301, false));
+        tokio::task::yield_now().await;
+        listener.close();
+        let (batch, ended) = reader.await.unwrap();
+        assert_eq!(batch, Some(vec![("b".into(), 301)]));
+        assert!(ended, "a closed listener ends the stream");
     }
 
     #[tokio::test]

@@ -10,8 +10,8 @@ use std::borrow::{Borrow, Cow};
 use std::fmt;
 use std::sync::Arc;
 
-use crate::json::{ArrayScanner, ObjectScanner, ScanError, needs_no_escapes, push_json_string};
 use crate::resource::Resource;
+use kubeplug_json::{ArrayScanner, ObjectScanner, ScanError, needs_no_escapes, push_json_string};
 
 /// Why a piece of JSON could not become an [`Object`].
 ///
@@ -269,24 +269,19 @@ impl Object {
 /// Turns JSON from the API server into [`Object`]s for one resource.
 ///
 /// The default drops `metadata.managedFields` (client-go's usual transform) and fills in
-/// `apiVersion` and `kind`. An optional transform runs on each decoded object before it is
-/// stored; it sees metadata and text and returns the object to keep.
+/// `apiVersion` and `kind`. There is no general transform: an [`Object`] is built only here,
+/// so that its metadata always agrees with its text.
 #[derive(Clone)]
 pub struct ObjectDecoder {
     resource: Resource,
     drop_managed_fields: bool,
-    transform: Option<Transform>,
 }
-
-/// A transform applied to every object before it reaches the DeltaFIFO.
-pub type Transform = Arc<dyn Fn(Object) -> Object + Send + Sync>;
 
 impl fmt::Debug for ObjectDecoder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ObjectDecoder")
             .field("resource", &self.resource)
             .field("drop_managed_fields", &self.drop_managed_fields)
-            .field("transform", &self.transform.is_some())
             .finish()
     }
 }
@@ -297,19 +292,12 @@ impl ObjectDecoder {
         Self {
             resource,
             drop_managed_fields: true,
-            transform: None,
         }
     }
 
     /// Keep `metadata.managedFields` in the cached text.
     pub fn keep_managed_fields(mut self) -> Self {
         self.drop_managed_fields = false;
-        self
-    }
-
-    /// Run `transform` on each object after decoding.
-    pub fn with_transform(mut self, transform: Transform) -> Self {
-        self.transform = Some(transform);
         self
     }
 
@@ -320,12 +308,7 @@ impl ObjectDecoder {
 
     /// Decodes one object.
     pub fn decode(&self, json: &[u8]) -> Result<Object, DecodeError> {
-        let text = utf8(json)?;
-        let object = self.decode_str(text)?;
-        Ok(match &self.transform {
-            Some(transform) => transform(object),
-            None => object,
-        })
+        self.decode_str(utf8(json)?)
     }
 
     fn decode_str(&self, text: &str) -> Result<Object, DecodeError> {
@@ -834,17 +817,5 @@ mod tests {
         let value: serde_json::Value = serde_json::from_str(obj.json()).unwrap();
         assert_eq!(value["metadata"]["annotations"]["q\"uote"], "v\\n");
         assert_eq!(value["data"]["ké"], "☃");
-    }
-
-    #[test]
-    fn transform_runs_after_decode() {
-        let decoder = pods().with_transform(Arc::new(|mut o: Object| {
-            o.generation = Some(42);
-            o
-        }));
-        let obj = decoder
-            .decode(br#"{"metadata":{"name":"a","resourceVersion":"1"}}"#)
-            .unwrap();
-        assert_eq!(obj.generation(), Some(42));
     }
 }

@@ -112,25 +112,50 @@ pub enum ReflectorError {
 /// Called for every error the Reflector meets; it keeps going regardless.
 pub type WatchErrorHandler = Arc<dyn Fn(&ReflectorError) + Send + Sync>;
 
-/// Counters of one Reflector, for metrics and tests.
+/// Counters of one Reflector, shared with whoever reads them; the Reflector is the only
+/// writer. Read them with [`counts`](Self::counts).
 #[derive(Debug, Default)]
 pub struct ReflectorStats {
-    /// Complete lists (initial and relists).
-    pub lists: AtomicU64,
-    /// Watches opened.
-    pub watches: AtomicU64,
-    /// Watch events received (bookmarks included).
-    pub events: AtomicU64,
-    /// Objects skipped because they could not be decoded.
-    pub skipped_objects: AtomicU64,
-    /// List and watch failures.
-    pub errors: AtomicU64,
+    lists: AtomicU64,
+    watches: AtomicU64,
+    events: AtomicU64,
+    skipped_objects: AtomicU64,
+    errors: AtomicU64,
     /// The resourceVersion of the last list or watch event (bookmarks included) whose
     /// changes are in the DeltaFIFO; empty before the first list.
     last_sync_resource_version: Mutex<String>,
 }
 
+/// A Reflector's counters at one moment. Each only grows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReflectorCounts {
+    /// Complete lists (initial and relists).
+    pub lists: u64,
+    /// Watches opened.
+    pub watches: u64,
+    /// Watch events received (bookmarks included).
+    pub events: u64,
+    /// Objects skipped because they could not be decoded.
+    pub skipped_objects: u64,
+    /// List and watch failures.
+    pub errors: u64,
+}
+
 impl ReflectorStats {
+    /// The counters now. Each is read on its own: a snapshot taken while the Reflector runs
+    /// may hold a list without the watch that followed it.
+    pub fn counts(&self) -> ReflectorCounts {
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        ReflectorCounts {
+            lists: read(&self.lists),
+            watches: read(&self.watches),
+            events: read(&self.events),
+            skipped_objects: read(&self.skipped_objects),
+            errors: read(&self.errors),
+        }
+    }
+
     /// client-go's `LastSyncResourceVersion`: every change up to this version has been
     /// handed to the DeltaFIFO. Empty before the first list.
     pub fn last_sync_resource_version(&self) -> String {

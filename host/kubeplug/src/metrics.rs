@@ -96,29 +96,27 @@ impl Collector for InformerCollector {
             Family {
                 name: "kubeplug_informer_lists",
                 help: "Complete lists, initial and relists.",
-                kind: Kind::Counter(|i| i.reflector_stats().lists.load(Ordering::Relaxed)),
+                kind: Kind::Counter(|i| i.reflector_counts().lists),
             },
             Family {
                 name: "kubeplug_informer_watches",
                 help: "Watches opened.",
-                kind: Kind::Counter(|i| i.reflector_stats().watches.load(Ordering::Relaxed)),
+                kind: Kind::Counter(|i| i.reflector_counts().watches),
             },
             Family {
                 name: "kubeplug_informer_watch_events",
                 help: "Watch events received.",
-                kind: Kind::Counter(|i| i.reflector_stats().events.load(Ordering::Relaxed)),
+                kind: Kind::Counter(|i| i.reflector_counts().events),
             },
             Family {
                 name: "kubeplug_informer_skipped_objects",
                 help: "Objects skipped because they could not be decoded.",
-                kind: Kind::Counter(|i| {
-                    i.reflector_stats().skipped_objects.load(Ordering::Relaxed)
-                }),
+                kind: Kind::Counter(|i| i.reflector_counts().skipped_objects),
             },
             Family {
                 name: "kubeplug_informer_errors",
                 help: "List and watch failures.",
-                kind: Kind::Counter(|i| i.reflector_stats().errors.load(Ordering::Relaxed)),
+                kind: Kind::Counter(|i| i.reflector_counts().errors),
             },
         ];
         encode(&mut encoder, "informer", &informers, &families)

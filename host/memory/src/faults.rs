@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use kubeplug_informer::json::push_json_string;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::{SourceError, Status, WatchEvent};
+use kubeplug_json::push_json_string;
 
 use crate::server::{Call, MemoryServer};
 use crate::state::State;

@@ -3,10 +3,10 @@
 use std::fmt::Write as _;
 
 use bytes::Bytes;
-use kubeplug_informer::json::{ObjectScanner, ScanError, push_json_string};
 use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::Status;
+use kubeplug_json::{ObjectScanner, ScanError, push_json_string};
 
 use crate::state::{LabelSet, Stored};
 

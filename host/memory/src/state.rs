@@ -8,13 +8,13 @@ use std::ops::{Bound, Range};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kubeplug_informer::json::push_json_string;
 use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::selector::{FieldSelector, LabelSelector, Labels};
 use kubeplug_informer::source::{
     ListPage, ListRequest, SourceError, Status, WatchEvent, WatchRequest,
 };
+use kubeplug_json::push_json_string;
 use tokio::sync::mpsc;
 
 use crate::faults::PendingFaults;

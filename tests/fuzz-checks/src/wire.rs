@@ -2,10 +2,10 @@
 //! `Status` bodies, and the objects inside them.
 
 use bytes::Bytes;
-use kubeplug_informer::json::ObjectScanner;
 use kubeplug_informer::object::{DecodeError, Object, ObjectDecoder, ObjectKey};
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::WatchEvent;
+use kubeplug_json::ObjectScanner;
 use kubeplug_kube::wire::{
     self, INITIAL_EVENTS_END, LineSplitter, WireError, decode_list, decode_status,
     decode_watch_line,

@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -163,6 +162,38 @@ async fn a_late_handler_gets_the_cache_then_live_events() {
     informer.stop().await;
 }
 
+/// `wait_for_sync` is woken by the sync itself: on a paused clock no timer has to fire, and
+/// whoever it wakes finds the whole initial list cached.
+#[tokio::test(start_paused = true)]
+async fn wait_for_sync_wakes_at_the_sync_with_the_list_cached() {
+    let server = MemoryServer::new();
+    for i in 0..50 {
+        server.create(&pods(), &pod(&format!("p{i}"), 1)).unwrap();
+    }
+    let informer = informer_on(&server);
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let informer = informer.clone();
+            tokio::spawn(async move {
+                informer.wait_for_sync().await;
+                informer.indexer().len()
+            })
+        })
+        .collect();
+    let started = tokio::time::Instant::now();
+    informer.start();
+    for waiter in waiters {
+        assert_eq!(waiter.await.unwrap(), 50);
+    }
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "no poll interval was waited for"
+    );
+    informer.wait_for_sync().await;
+    informer.stop().await;
+}
+
 /// The barrier a test harness uses: after a bookmark, once the last sync version reaches
 /// the server's and the FIFO is empty, the handler has been given every change.
 #[tokio::test(start_paused = true)]
@@ -257,7 +288,7 @@ async fn a_relist_after_410_delivers_tombstones_for_objects_deleted_meanwhile() 
     );
     read_until(&mut rx, &mut view, |v| v.last.contains_key("ns/new")).await;
     assert_eq!(view.live(), server_state(&server));
-    assert!(informer.reflector_stats().lists.load(Ordering::Relaxed) >= 2);
+    assert!(informer.reflector_counts().lists >= 2);
     informer.stop().await;
 }
 
@@ -355,13 +386,7 @@ async fn bad_objects_are_skipped_counted_and_reported() {
     let mut view = View::default();
     read_until(&mut rx, &mut view, |v| v.last.len() == 2).await;
     assert_eq!(view.live(), server_state(&server));
-    assert_eq!(
-        informer
-            .reflector_stats()
-            .skipped_objects
-            .load(Ordering::Relaxed),
-        4
-    );
+    assert_eq!(informer.reflector_counts().skipped_objects, 4);
     let errors = seen_errors.lock().unwrap().clone();
     assert_eq!(
         errors

@@ -1,6 +1,5 @@
 //! Informers over the kube source: bookmarks, relists, back-off, streaming lists, bad answers.
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use kubeplug_fake_apiserver::{FakeOptions, FaultCall, HttpFault};
@@ -49,12 +48,12 @@ async fn a_bookmark_advances_the_resume_version_so_a_restart_needs_no_relist() {
             )
             .unwrap();
     }
-    let events = inf.reflector_stats().events.load(Ordering::Relaxed);
+    let events = inf.reflector_counts().events;
     // Bookmarks until one arrives (the watch may still be opening).
     assert!(
         eventually(WAIT, || {
             f.server.bookmark();
-            inf.reflector_stats().events.load(Ordering::Relaxed) > events
+            inf.reflector_counts().events > events
         })
         .await
     );
@@ -65,7 +64,7 @@ async fn a_bookmark_advances_the_resume_version_so_a_restart_needs_no_relist() {
     assert!(eventually(WAIT, || f.server.memory().watch_calls() > watches).await);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        inf.reflector_stats().lists.load(Ordering::Relaxed),
+        inf.reflector_counts().lists,
         1,
         "no relist: {:?}",
         errors.all()
@@ -137,7 +136,7 @@ async fn a_410_relist_delivers_tombstones_for_objects_deleted_meanwhile() {
     let mut tombstones = view.tombstones.lock().unwrap().clone();
     tombstones.sort();
     assert_eq!(tombstones, vec!["a/cm-2".to_owned(), "a/cm-3".to_owned()]);
-    assert!(inf.reflector_stats().lists.load(Ordering::Relaxed) >= 2);
+    assert!(inf.reflector_counts().lists >= 2);
     assert!(
         errors.all().iter().any(|e| e.contains("410")),
         "{:?}",

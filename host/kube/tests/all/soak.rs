@@ -4,7 +4,6 @@
 //! Default size (CI): 50 faults over 5,000 changes across 200 keys. `KUBEPLUG_SOAK_FULL=1`:
 //! 1,000 faults over 100,000 changes across 1,000 keys. `KUBEPLUG_SOAK_SEED=<n>` replays a run.
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use kubeplug_fake_apiserver::{FakeOptions, FaultCall, HttpFault};
@@ -196,15 +195,15 @@ async fn fault_soak() {
         cache_state(&inf) == expected && views.iter().all(|v| v.present() == expected)
     })
     .await;
-    let stats = inf.reflector_stats();
+    let stats = inf.reflector_counts();
     let figures = format!(
         "seed {seed}: {changes} changes over {keys} keys, {injected} faults, {:?}, {} lists (relists {}), {} watches, {} errors reported, {} objects skipped, {} objects at the end",
         started.elapsed(),
-        stats.lists.load(Ordering::Relaxed),
-        stats.lists.load(Ordering::Relaxed).saturating_sub(1),
-        stats.watches.load(Ordering::Relaxed),
-        stats.errors.load(Ordering::Relaxed),
-        stats.skipped_objects.load(Ordering::Relaxed),
+        stats.lists,
+        stats.lists.saturating_sub(1),
+        stats.watches,
+        stats.errors,
+        stats.skipped_objects,
         expected.len(),
     );
     eprintln!("fault soak: {figures}");

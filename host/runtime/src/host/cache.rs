@@ -74,7 +74,7 @@ impl Host for StoreState {
                 )));
             }
             let (_, indexer) = self.readable(resource_type)?;
-            Ok(indexer.get(&key).map(|o| cached(&o)))
+            Ok(indexer.get(key.as_str()).map(|o| cached(&o)))
         })())
     }
 

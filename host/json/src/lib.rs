@@ -245,7 +245,7 @@ impl<'a> ObjectScanner<'a> {
 
 /// Whether `s` can stand between quotes as a JSON string as it is: no quote, backslash or
 /// control character.
-pub(crate) fn needs_no_escapes(s: &str) -> bool {
+pub fn needs_no_escapes(s: &str) -> bool {
     skip_plain_string_bytes(s.as_bytes(), 0) == s.len()
 }
 
