@@ -33,6 +33,8 @@ pub struct Scenario {
     pub one_core: bool,
     /// The environment `--quick` sets (unless already set): tiny sizes.
     pub quick: &'static [(&'static str, &'static str)],
+    /// Features the bench target needs (its `required-features`), as `package/feature`.
+    pub features: &'static [&'static str],
 }
 
 /// How a scenario's target is built and run, and how it reports.
@@ -78,6 +80,7 @@ pub const SCENARIOS: &[Scenario] = &[
             ("KUBEPLUG_BENCH_OBJECTS", "2000"),
             ("KUBEPLUG_BENCH_UPDATES", "20000"),
         ],
+        features: &[],
     },
     Scenario {
         name: "decode",
@@ -86,6 +89,7 @@ pub const SCENARIOS: &[Scenario] = &[
         kind: Kind::Bench,
         one_core: true,
         quick: &[("KUBEPLUG_BENCH_OBJECTS", "20000")],
+        features: &[],
     },
     Scenario {
         name: "cache-memory",
@@ -94,6 +98,7 @@ pub const SCENARIOS: &[Scenario] = &[
         kind: Kind::Bench,
         one_core: false,
         quick: &[("KUBEPLUG_BENCH_OBJECTS", "2000")],
+        features: &[],
     },
     Scenario {
         name: "crossing",
@@ -105,6 +110,7 @@ pub const SCENARIOS: &[Scenario] = &[
             ("KUBEPLUG_BENCH_OBJECTS", "2000"),
             ("KUBEPLUG_BENCH_INSTANCES", "10"),
         ],
+        features: &[],
     },
     Scenario {
         name: "pipeline-wasm",
@@ -117,6 +123,7 @@ pub const SCENARIOS: &[Scenario] = &[
             ("KUBEPLUG_BENCH_UPDATES", "20000"),
             ("KUBEPLUG_BENCH_LATENCY_SECONDS", "1"),
         ],
+        features: &[],
     },
     Scenario {
         name: "fan-out",
@@ -128,6 +135,7 @@ pub const SCENARIOS: &[Scenario] = &[
             ("KUBEPLUG_BENCH_OBJECTS", "1000"),
             ("KUBEPLUG_BENCH_UPDATES", "2000"),
         ],
+        features: &[],
     },
     Scenario {
         name: "languages",
@@ -139,6 +147,7 @@ pub const SCENARIOS: &[Scenario] = &[
             ("KUBEPLUG_BENCH_EVENTS", "1000"),
             ("KUBEPLUG_BENCH_INSTANCES", "5"),
         ],
+        features: &[],
     },
     Scenario {
         name: "kube-sync",
@@ -147,6 +156,7 @@ pub const SCENARIOS: &[Scenario] = &[
         kind: Kind::Bench,
         one_core: false,
         quick: &[("KUBEPLUG_BENCH_OBJECTS", "1000")],
+        features: &[],
     },
     Scenario {
         name: "workqueue",
@@ -155,6 +165,7 @@ pub const SCENARIOS: &[Scenario] = &[
         kind: Kind::Bench,
         one_core: false,
         quick: &[("KUBEPLUG_BENCH_OPS", "100000")],
+        features: &["kubeplug-workqueue/prometheus"],
     },
     Scenario {
         name: "idle",
@@ -163,6 +174,7 @@ pub const SCENARIOS: &[Scenario] = &[
         kind: Kind::Bench,
         one_core: false,
         quick: &[("KUBEPLUG_BENCH_IDLE_SECONDS", "10")],
+        features: &[],
     },
     Scenario {
         name: "hot-swap",
@@ -176,6 +188,7 @@ pub const SCENARIOS: &[Scenario] = &[
         },
         one_core: false,
         quick: &[],
+        features: &[],
     },
 ];
 
@@ -405,6 +418,9 @@ fn build(layout: &Layout, scenarios: &[&Scenario]) -> Result<BTreeMap<&'static s
         command
             .args(["-p", scenario.package])
             .args([target, scenario.bench]);
+        for feature in scenario.features {
+            command.args(["--features", feature]);
+        }
     }
     let output = command
         .stderr(Stdio::inherit())

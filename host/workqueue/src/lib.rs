@@ -21,11 +21,12 @@
 //!    back-off, [`Queue::num_requeues`] counts its retries. Limiters: [`ItemExponential`],
 //!    [`TokenBucket`], [`MaxOf`], [`FastSlow`], and [`default_controller_rate_limiter`].
 //!
-//! [`WorkqueueMetrics`] exposes `workqueue_depth`, `workqueue_adds_total`,
-//! `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds`,
-//! `workqueue_unfinished_work_seconds`, `workqueue_longest_running_processor_seconds` and
-//! `workqueue_retries_total`, each labelled with the queue's `name`. A queue built without
-//! metrics pays for none.
+//! With the `prometheus` feature, `WorkqueueMetrics` exposes `workqueue_depth`,
+//! `workqueue_adds_total`, `workqueue_queue_duration_seconds`,
+//! `workqueue_work_duration_seconds`, `workqueue_unfinished_work_seconds`,
+//! `workqueue_longest_running_processor_seconds` and `workqueue_retries_total`, each
+//! labelled with the queue's `name` (see `QueueBuilder::metrics`). A queue built without
+//! metrics pays for none, and without the feature the crate does not build Prometheus.
 //!
 //! [`run_workers`] runs N workers around a handler returning an [`Outcome`]; the item is
 //! always marked done, even when the handler panics or the worker is cancelled.
@@ -38,14 +39,11 @@
 //! ```
 //! use std::time::Duration;
 //!
-//! use kubeplug_workqueue::{Outcome, Queue, WorkqueueMetrics, run_workers};
-//! use prometheus_client::registry::Registry;
+//! use kubeplug_workqueue::{Outcome, Queue, run_workers};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), kubeplug_workqueue::Error> {
-//! let mut registry = Registry::default();
-//! let metrics = WorkqueueMetrics::register(&mut registry);
-//! let queue: Queue<String> = Queue::builder("configmaps").metrics(&metrics)?.build();
+//! # async fn main() {
+//! let queue: Queue<String> = Queue::builder("configmaps").build();
 //!
 //! let workers = run_workers(&queue, 2, |key: String| async move {
 //!     match key.split_once('/') {
@@ -63,19 +61,23 @@
 //! // On shutdown: stop taking new work, let the items in flight finish.
 //! queue.shut_down_with_drain().await;
 //! workers.join().await;
-//! # Ok(())
 //! # }
 //! ```
 
 mod delay;
 mod error;
 mod keyed;
+#[cfg(feature = "prometheus")]
+mod metrics;
+#[cfg(not(feature = "prometheus"))]
+#[path = "no_metrics.rs"]
 mod metrics;
 mod queue;
 mod rate_limit;
 mod worker;
 
 pub use error::Error;
+#[cfg(feature = "prometheus")]
 pub use metrics::WorkqueueMetrics;
 pub use queue::{Queue, QueueBuilder};
 pub use rate_limit::{

@@ -9,16 +9,20 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::Error;
 use crate::delay::Delay;
 use crate::keyed::{Key, KeyRef, Keyed, PassThrough};
-use crate::metrics::{GaugeValues, QueueMetrics, ScrapeGauges, WorkqueueMetrics};
+use crate::metrics::QueueMetrics;
 use crate::rate_limit::{RateLimiter, default_controller_rate_limiter};
+#[cfg(feature = "prometheus")]
+use crate::{
+    Error,
+    metrics::{GaugeValues, ScrapeGauges, WorkqueueMetrics},
+};
 
 /// A work queue of keys, as client-go's rate-limited work queue: dedup, delays and back-off.
 ///
@@ -392,6 +396,7 @@ fn since(earlier: Option<Instant>, now: Option<Instant>) -> std::time::Duration 
     }
 }
 
+#[cfg(feature = "prometheus")]
 impl<T: Send> ScrapeGauges for Shared<T> {
     fn gauges(&self, now: Instant) -> GaugeValues {
         let state = self.lock();
@@ -415,24 +420,20 @@ impl<T> Drop for Shared<T> {
     }
 }
 
-/// Configures a [`Queue`]: its name, its metrics and its rate limiter.
+/// Configures a [`Queue`]: its name, its metrics (with the `prometheus` feature) and its rate
+/// limiter.
 ///
-/// Without [`metrics`](Self::metrics) the queue records nothing and reads no clock; without
+/// Without metrics the queue records nothing and reads no clock; without
 /// [`rate_limiter`](Self::rate_limiter) it uses [`default_controller_rate_limiter`]. The name
 /// is the queue's `name` label and appears in the worker helper's logs.
 ///
 /// ```
-/// use kubeplug_workqueue::{ItemExponential, Queue, WorkqueueMetrics};
-/// use prometheus_client::registry::Registry;
+/// use kubeplug_workqueue::{ItemExponential, Queue};
 /// use std::time::Duration;
 ///
-/// let mut registry = Registry::default();
-/// let metrics = WorkqueueMetrics::register(&mut registry);
 /// let queue: Queue<String> = Queue::builder("pods")
-///     .metrics(&metrics)?
 ///     .rate_limiter(ItemExponential::new(Duration::from_millis(10), Duration::from_secs(60)))
 ///     .build();
-/// # Ok::<(), kubeplug_workqueue::Error>(())
 /// ```
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct QueueBuilder<T> {
@@ -463,10 +464,21 @@ impl<T: Hash + Eq + Clone + Send + 'static> QueueBuilder<T> {
     /// Reports the queue in `metrics` under `name="<queue name>"`. The name stays taken until
     /// the queue (its last handle) is dropped; its series are then removed.
     ///
+    /// ```
+    /// use kubeplug_workqueue::{Queue, WorkqueueMetrics};
+    /// use prometheus_client::registry::Registry;
+    ///
+    /// let mut registry = Registry::default();
+    /// let metrics = WorkqueueMetrics::register(&mut registry);
+    /// let queue: Queue<String> = Queue::builder("pods").metrics(&metrics)?.build();
+    /// # Ok::<(), kubeplug_workqueue::Error>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::DuplicateQueueName`] if a live queue already uses this name in `metrics`;
     /// [`Error::EmptyQueueName`] if the queue's name is empty.
+    #[cfg(feature = "prometheus")]
     pub fn metrics(mut self, metrics: &WorkqueueMetrics) -> Result<Self, Error> {
         self.metrics = Some(metrics.reserve(&self.name)?);
         Ok(self)
@@ -500,8 +512,10 @@ impl<T: Hash + Eq + Clone + Send + 'static> QueueBuilder<T> {
                 .unwrap_or_else(|| Box::new(default_controller_rate_limiter())),
             metrics: self.metrics,
         });
+        #[cfg(feature = "prometheus")]
         if let Some(metrics) = &shared.metrics {
-            let weak: Weak<dyn ScrapeGauges> = Arc::downgrade(&shared) as Weak<Shared<T>>;
+            let weak: std::sync::Weak<dyn ScrapeGauges> =
+                Arc::downgrade(&shared) as std::sync::Weak<Shared<T>>;
             metrics.attach(weak);
         }
         Queue { shared }
