@@ -1,98 +1,67 @@
 //! Which resource serves a kind: the built-in types, plus the custom resources that
 //! CustomResourceDefinitions in the manifests declare.
+//!
+//! The built-in types are `builtin-kinds.v1.32.json`, a capture of the discovery of the real
+//! kube-apiserver v1.32 that envtest runs (the file's `server` names the build): every
+//! top-level resource whose verbs include `list` and `watch`, in every served version, so
+//! subresources (`pods/status`) and create-only types (TokenReview, SelfSubjectReview,
+//! bindings) are not served. tests/envtest's `builtin_kinds` test compares the file with the
+//! live server's discovery and, with `KUBEPLUG_UPDATE_KINDS=1`, rewrites it:
+//!
+//! ```sh
+//! KUBEPLUG_UPDATE_KINDS=1 KUBEBUILDER_ASSETS=DIR cargo test -p kubeplug-envtest builtin_kinds
+//! ```
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use kubeplug_informer::resource::Resource;
 
-/// Built-in resources: (group, version, kind, plural, namespaced).
-const BUILT_IN: &[(&str, &str, &str, &str, bool)] = &[
-    ("", "v1", "ConfigMap", "configmaps", true),
-    ("", "v1", "Endpoints", "endpoints", true),
-    ("", "v1", "Event", "events", true),
-    ("", "v1", "LimitRange", "limitranges", true),
-    ("", "v1", "Namespace", "namespaces", false),
-    ("", "v1", "Node", "nodes", false),
-    ("", "v1", "PersistentVolume", "persistentvolumes", false),
-    (
-        "",
-        "v1",
-        "PersistentVolumeClaim",
-        "persistentvolumeclaims",
-        true,
-    ),
-    ("", "v1", "Pod", "pods", true),
-    ("", "v1", "ResourceQuota", "resourcequotas", true),
-    ("", "v1", "Secret", "secrets", true),
-    ("", "v1", "Service", "services", true),
-    ("", "v1", "ServiceAccount", "serviceaccounts", true),
-    ("apps", "v1", "DaemonSet", "daemonsets", true),
-    ("apps", "v1", "Deployment", "deployments", true),
-    ("apps", "v1", "ReplicaSet", "replicasets", true),
-    ("apps", "v1", "StatefulSet", "statefulsets", true),
-    (
-        "autoscaling",
-        "v2",
-        "HorizontalPodAutoscaler",
-        "horizontalpodautoscalers",
-        true,
-    ),
-    ("batch", "v1", "CronJob", "cronjobs", true),
-    ("batch", "v1", "Job", "jobs", true),
-    ("coordination.k8s.io", "v1", "Lease", "leases", true),
-    ("events.k8s.io", "v1", "Event", "events", true),
-    ("networking.k8s.io", "v1", "Ingress", "ingresses", true),
-    (
-        "networking.k8s.io",
-        "v1",
-        "NetworkPolicy",
-        "networkpolicies",
-        true,
-    ),
-    (
-        "policy",
-        "v1",
-        "PodDisruptionBudget",
-        "poddisruptionbudgets",
-        true,
-    ),
-    (
-        "rbac.authorization.k8s.io",
-        "v1",
-        "ClusterRole",
-        "clusterroles",
-        false,
-    ),
-    (
-        "rbac.authorization.k8s.io",
-        "v1",
-        "ClusterRoleBinding",
-        "clusterrolebindings",
-        false,
-    ),
-    ("rbac.authorization.k8s.io", "v1", "Role", "roles", true),
-    (
-        "rbac.authorization.k8s.io",
-        "v1",
-        "RoleBinding",
-        "rolebindings",
-        true,
-    ),
-    (
-        "storage.k8s.io",
-        "v1",
-        "StorageClass",
-        "storageclasses",
-        false,
-    ),
-    (
-        "apiextensions.k8s.io",
-        "v1",
-        "CustomResourceDefinition",
-        "customresourcedefinitions",
-        false,
-    ),
-];
+/// The discovery capture: `resources` lists the built-in types; the other fields say where
+/// they came from.
+const CAPTURE: &str = include_str!("builtin-kinds.v1.32.json");
+
+/// The built-in types, parsed once per process; every [`KindRegistry::default`] clones it.
+static CAPTURED: LazyLock<KindRegistry> = LazyLock::new(|| match built_in(CAPTURE) {
+    Ok(registry) => registry,
+    // The capture is part of the source; the unit tests parse it.
+    Err(error) => panic!("builtin-kinds.v1.32.json is malformed: {error}"),
+});
+
+/// The capture's shape; fields other than `resources` are for its readers.
+#[derive(serde::Deserialize)]
+struct Capture {
+    resources: Vec<BuiltIn>,
+}
+
+/// One built-in resource of the capture.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BuiltIn {
+    group: String,
+    version: String,
+    kind: String,
+    plural: String,
+    namespaced: bool,
+}
+
+/// A registry holding the built-in types of `capture`.
+fn built_in(capture: &str) -> Result<KindRegistry, serde_json::Error> {
+    let capture: Capture = serde_json::from_str(capture)?;
+    let mut registry = KindRegistry {
+        kinds: HashMap::with_capacity(capture.resources.len()),
+    };
+    for r in capture.resources {
+        registry.insert(Resource::new(
+            &r.group,
+            &r.version,
+            &r.kind,
+            &r.plural,
+            r.namespaced,
+        ));
+    }
+    Ok(registry)
+}
 
 /// Kinds the local cluster can serve, keyed by (`apiVersion`, kind).
 #[derive(Debug, Clone)]
@@ -101,14 +70,9 @@ pub struct KindRegistry {
 }
 
 impl Default for KindRegistry {
+    /// The built-in types alone.
     fn default() -> Self {
-        let mut registry = Self {
-            kinds: HashMap::new(),
-        };
-        for &(group, version, kind, plural, namespaced) in BUILT_IN {
-            registry.insert(Resource::new(group, version, kind, plural, namespaced));
-        }
-        registry
+        CAPTURED.clone()
     }
 }
 
@@ -186,5 +150,70 @@ mod tests {
             ("widgets", false)
         );
         assert!(registry.resolve("example.com/v0", "Widget").is_none());
+    }
+
+    /// The capture parses, each (`apiVersion`, kind) once, with no subresource in it.
+    #[test]
+    fn the_discovery_capture_is_well_formed() {
+        let capture: Capture = serde_json::from_str(CAPTURE).unwrap();
+        let registry = built_in(CAPTURE).unwrap();
+        assert_eq!(
+            registry.kinds.len(),
+            capture.resources.len(),
+            "an (apiVersion, kind) listed twice"
+        );
+        for r in &capture.resources {
+            assert!(!r.plural.contains('/'), "a subresource: {}", r.plural);
+            assert!(!r.version.is_empty() && !r.kind.is_empty(), "{}", r.plural);
+        }
+        assert!(built_in(r#"{"resources": [{"group": "", "version": "v1"}]}"#).is_err());
+        assert!(built_in("not json").is_err());
+    }
+
+    #[test]
+    fn discovered_types_resolve_in_every_served_version() {
+        let registry = KindRegistry::default();
+        let slices = registry
+            .resolve("discovery.k8s.io/v1", "EndpointSlice")
+            .unwrap();
+        assert_eq!(
+            (slices.plural.as_str(), slices.namespaced),
+            ("endpointslices", true)
+        );
+        for version in ["autoscaling/v1", "autoscaling/v2"] {
+            let hpa = registry.resolve(version, "HorizontalPodAutoscaler");
+            assert_eq!(
+                hpa.map(|r| r.plural.as_str()),
+                Some("horizontalpodautoscalers"),
+                "{version}"
+            );
+        }
+        let crds = registry
+            .resolve("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+            .unwrap();
+        assert!(!crds.namespaced);
+    }
+
+    #[test]
+    fn subresources_and_types_that_cannot_be_watched_do_not_resolve() {
+        let registry = KindRegistry::default();
+        for (api_version, kind) in [
+            // Subresources: deployments/scale, pods/eviction, serviceaccounts/token.
+            ("autoscaling/v1", "Scale"),
+            ("policy/v1", "Eviction"),
+            ("authentication.k8s.io/v1", "TokenRequest"),
+            // Create-only types.
+            ("authentication.k8s.io/v1", "TokenReview"),
+            ("authentication.k8s.io/v1", "SelfSubjectReview"),
+            ("authorization.k8s.io/v1", "SubjectAccessReview"),
+            ("v1", "Binding"),
+            // Listed, never watched.
+            ("v1", "ComponentStatus"),
+        ] {
+            assert!(
+                registry.resolve(api_version, kind).is_none(),
+                "{api_version} {kind}"
+            );
+        }
     }
 }

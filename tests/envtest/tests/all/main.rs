@@ -3,6 +3,7 @@
 //! `KUBEPLUG_ENVTEST_ETCD=/usr/bin/etcd` runs them all on Debian's etcd 3.4 instead.
 
 mod basics;
+mod builtin_kinds;
 mod compaction;
 mod lifetime;
 mod proxy;
