@@ -763,12 +763,12 @@ impl Ctx<'_> {
                     let patched = match media {
                         "application/merge-patch+json"
                         | "application/strategic-merge-patch+json" => {
-                            patch::merge_patch(target, strip_status_path(&patch, self.path.status));
+                            json_patch::merge(target, strip_status_path(&patch, self.path.status));
                             Ok(())
                         }
                         "application/json-patch+json" => patch::json_patch(&mut next, &patch),
                         "application/apply-patch+yaml" => {
-                            patch::merge_patch(target, strip_status_path(&patch, self.path.status));
+                            json_patch::merge(target, strip_status_path(&patch, self.path.status));
                             self.record_apply(&mut next, &patch)
                         }
                         other => {
