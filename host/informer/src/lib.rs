@@ -15,6 +15,7 @@
 //! - [`listener`]: one buffer per handler.
 //! - [`informer`]: the SharedIndexInformer that wires the above.
 //! - [`factory`]: shares informers between handlers.
+//! - [`backoff`]: the exponential back-off of the Reflector, also used by the host.
 //! - [`selector`]: label and field selectors.
 //!
 //! This crate knows nothing of WebAssembly: handlers are whatever reads a
@@ -66,6 +67,7 @@
 //! # }
 //! ```
 
+pub mod backoff;
 pub mod factory;
 pub mod fifo;
 pub mod indexer;

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
+use crate::backoff::Backoff;
 use crate::fifo::DeltaFifo;
 use crate::object::{DecodeError, Object, ObjectDecoder};
 use crate::source::{
@@ -228,7 +229,9 @@ impl Reflector {
         fifo: Arc<DeltaFifo>,
         config: ReflectorConfig,
     ) -> Self {
-        let backoff = Backoff::new(&config);
+        let backoff = Backoff::new(config.backoff_initial, config.backoff_max)
+            .with_jitter()
+            .reset_after(config.backoff_reset_after);
         Self {
             source,
             decoder,
@@ -624,7 +627,7 @@ impl Reflector {
     /// The next back-off, at least what the server asked for.
     fn next_delay(&mut self, retry_after: Option<Duration>) -> Duration {
         self.backoff
-            .next(Instant::now())
+            .next_delay()
             .max(retry_after.unwrap_or_default())
     }
 
@@ -646,73 +649,10 @@ impl Reflector {
     }
 }
 
-/// Exponential back-off with full jitter, reset after a healthy period (client-go's
-/// `ExponentialBackoffManager` with factor 2 and jitter 1).
-struct Backoff {
-    initial: Duration,
-    max: Duration,
-    reset_after: Duration,
-    current: Duration,
-    last_failure: Option<Instant>,
-}
-
-impl Backoff {
-    fn new(config: &ReflectorConfig) -> Self {
-        Self {
-            initial: config.backoff_initial,
-            max: config.backoff_max,
-            reset_after: config.backoff_reset_after,
-            current: config.backoff_initial,
-            last_failure: None,
-        }
-    }
-
-    /// The delay before the next attempt after a failure at `now`.
-    fn next(&mut self, now: Instant) -> Duration {
-        if self
-            .last_failure
-            .is_some_and(|last| now.duration_since(last) >= self.reset_after)
-        {
-            self.current = self.initial;
-        }
-        self.last_failure = Some(now);
-        let base = self.current;
-        self.current = (self.current * 2).min(self.max);
-        // Jitter up to the base delay again, as client-go's jitter factor 1.0.
-        base + random_duration(&(Duration::ZERO..base))
-    }
-}
-
 fn random_duration(range: &Range<Duration>) -> Duration {
     if range.is_empty() {
         return range.start;
     }
     let nanos = rand::random_range(range.start.as_nanos() as u64..range.end.as_nanos() as u64);
     Duration::from_nanos(nanos)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn backoff_grows_to_max_and_resets_after_a_healthy_period() {
-        let config = ReflectorConfig::default();
-        let mut backoff = Backoff::new(&config);
-        let now = Instant::now();
-        let delays: Vec<_> = (0..8).map(|_| backoff.next(now)).collect();
-        for (delay, base_ms) in delays
-            .iter()
-            .zip([800u64, 1600, 3200, 6400, 12800, 25600, 30000, 30000])
-        {
-            let base = Duration::from_millis(base_ms);
-            assert!(
-                *delay >= base && *delay < base * 2,
-                "{delay:?} vs base {base:?}"
-            );
-        }
-        let later = now + config.backoff_reset_after;
-        let delay = backoff.next(later);
-        assert!(delay < Duration::from_millis(1600), "{delay:?}");
-    }
 }

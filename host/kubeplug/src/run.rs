@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use kubeplug_informer::backoff::Backoff;
 use kubeplug_informer::factory::{SharedInformerFactory, SourceProvider};
 use kubeplug_informer::reflector::ReflectorConfig;
 use kubeplug_informer::resource::Resource;
@@ -388,12 +389,12 @@ fn config_source(
 /// cluster check fails with the error, which names the configuration and the server;
 /// attempts back off from 1 s to [`MAX_CONNECT_BACKOFF`].
 async fn connect(client: &KubeClient, discovery: &Discovery, readiness: &Readiness) {
-    let mut delay = Duration::from_secs(1);
+    let mut backoff = Backoff::new(Duration::from_secs(1), MAX_CONNECT_BACKOFF);
     while let Err(error) = client.check().await {
+        let delay = backoff.next_delay();
         warn!(%error, "cannot reach the cluster; retrying in {delay:?}");
         readiness.fail(KUBE_CHECK, error.to_string());
         tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(MAX_CONNECT_BACKOFF);
     }
     // Plugins' synchronous cache reads resolve types from this cache (see `Resolve`).
     match discovery.warm().await {

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::select_all;
+use kubeplug_informer::backoff::Backoff;
 use kubeplug_informer::listener::{BufferPolicy, ListenerReceiver, NotificationBatch};
 use tokio::task::JoinHandle;
 
@@ -162,7 +163,8 @@ async fn deliver(
         .iter()
         .map(|n| convert::event(index as u32, subscription, n))
         .collect();
-    let mut delay = limits.retry_backoff;
+    // Retries are bounded by `attempts`, so the delay needs no cap of its own.
+    let mut backoff = Backoff::new(limits.retry_backoff, Duration::MAX);
     for round in 1..=limits.attempts.max(1) {
         match attempt(version, &events).await {
             Ok(()) => {
@@ -183,8 +185,7 @@ async fn deliver(
                     break;
                 }
                 if round < limits.attempts {
-                    tokio::time::sleep(delay).await;
-                    delay = delay.saturating_mul(2);
+                    tokio::time::sleep(backoff.next_delay()).await;
                 }
             }
         }

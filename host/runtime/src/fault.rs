@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use kubeplug_informer::backoff::Backoff;
 use tokio::time::Instant;
 
 use crate::plugin::PluginLimits;
@@ -22,8 +23,8 @@ pub(crate) struct Breaker {
 }
 
 struct BreakerState {
-    /// The next quarantine's length.
-    backoff: Duration,
+    /// The quarantines' lengths.
+    backoff: Backoff,
     /// Paused until then; `None` when not quarantined.
     paused_until: Option<Instant>,
     /// Quarantined since the last success.
@@ -35,7 +36,7 @@ impl Breaker {
         stats.set_state(RunState::Running);
         Self {
             inner: Mutex::new(BreakerState {
-                backoff: limits.quarantine_backoff,
+                backoff: Backoff::new(limits.quarantine_backoff, limits.quarantine_backoff_max),
                 paused_until: None,
                 quarantined: false,
             }),
@@ -52,7 +53,7 @@ impl Breaker {
     pub(crate) fn success(&self) -> bool {
         self.stats.record_success();
         let mut state = self.lock();
-        state.backoff = self.limits.quarantine_backoff;
+        state.backoff.reset();
         state.paused_until = None;
         let was = std::mem::take(&mut state.quarantined);
         if was {
@@ -68,8 +69,7 @@ impl Breaker {
             return None;
         }
         let mut state = self.lock();
-        let pause = state.backoff;
-        state.backoff = (pause * 2).min(self.limits.quarantine_backoff_max);
+        let pause = state.backoff.next_delay();
         state.paused_until = Some(Instant::now() + pause);
         state.quarantined = true;
         drop(state);
