@@ -7,21 +7,19 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::{Method, Request, header};
 use http_body_util::BodyExt as _;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use k8s_openapi::jiff::Timestamp;
 use kube::client::Body;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::Status;
 use kubeplug_kube::config::{KubeClient, error_chain, plugin_user_agent};
 use kubeplug_kube::discovery::{Discovery, DiscoveryError};
 use kubeplug_kube::wire::decode_status;
-use kubeplug_runtime::view::{BoxFuture, EventSeverity, PatchType};
+use kubeplug_runtime::view::{BoxFuture, PatchType};
 use kubeplug_runtime::{ClusterWriter, Gvk, ObjectRef, Write, WriteError};
 use serde_json::Value;
 use tracing::info;
 
-/// The longest `note` the API server accepts on an `events.k8s.io/v1` Event (bytes).
-const MAX_NOTE_BYTES: usize = 1024;
+use crate::event::NewEvent;
+
 /// The longest `reportingInstance` it accepts.
 const MAX_INSTANCE_CHARS: usize = 128;
 
@@ -189,44 +187,21 @@ impl KubeWriter {
                 let what = format!("record an Event on {regarding}");
                 let events = Gvk::new("events.k8s.io", "v1", "Event");
                 let resource = self.resource(&events, &what).await?;
-                // client-go records Events about cluster-scoped objects in `default`.
-                let namespace = regarding.namespace.as_deref().unwrap_or("default");
-                let severity = match severity {
-                    EventSeverity::Normal => "Normal",
-                    EventSeverity::Warning => "Warning",
+                let event = NewEvent {
+                    regarding: &regarding,
+                    severity,
+                    reason: &reason,
+                    message: &message,
+                    reporting_controller: &reporting_controller,
+                    reporting_instance: &self.instance,
                 };
-                let event = serde_json::json!({
-                    "apiVersion": "events.k8s.io/v1",
-                    "kind": "Event",
-                    "metadata": {
-                        "name": format!("{}.{:x}", regarding.name, self.event_suffix()),
-                        "namespace": namespace,
-                    },
-                    "eventTime": MicroTime(Timestamp::now()),
-                    "regarding": {
-                        "apiVersion": regarding.resource.api_version(),
-                        "kind": regarding.resource.kind,
-                        "namespace": regarding.namespace,
-                        "name": regarding.name,
-                    },
-                    "type": severity,
-                    "reason": reason,
-                    "note": truncate(&message, MAX_NOTE_BYTES),
-                    "action": reason,
-                    "reportingController": reporting_controller,
-                    "reportingInstance": self.instance,
-                });
+                let namespace = event.namespace();
+                let severity = event.severity();
+                let body = event.to_json(self.event_suffix()).to_string();
                 let path = collection_path(&resource, Some(namespace))
                     .expect("Events are namespaced and have a namespace here");
-                self.send(
-                    plugin,
-                    Method::POST,
-                    path,
-                    "application/json",
-                    event.to_string(),
-                    &what,
-                )
-                .await?;
+                self.send(plugin, Method::POST, path, "application/json", body, &what)
+                    .await?;
                 info!(plugin, "event: {severity} {reason} {regarding}: {message}");
                 Ok(String::new())
             }
@@ -407,21 +382,11 @@ fn fill_identity(object: &mut Value, gvk: &Gvk, namespace: Option<&str>) {
 }
 
 /// At most `max` bytes of `text`, cut at a character boundary.
-fn truncate(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
 #[cfg(test)]
 mod tests {
     use kubeplug_fake_apiserver::{FakeApiServer, FakeOptions};
     use kubeplug_kube::config::ConfigSource;
+    use kubeplug_runtime::view::EventSeverity;
 
     use super::*;
 

@@ -6,10 +6,12 @@ use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::Status;
 use kubeplug_local::LocalCluster;
-use kubeplug_runtime::view::{BoxFuture, EventSeverity, PatchType};
+use kubeplug_runtime::view::{BoxFuture, PatchType};
 use kubeplug_runtime::{ClusterWriter, Gvk, ObjectRef, Write, WriteError};
 use serde_json::Value;
 use tracing::info;
+
+use crate::event::NewEvent;
 
 /// Writes to a [`LocalCluster`], as a real API server would apply them: server-side apply
 /// merges the manifest into the stored object, patches are merge (RFC 7386) or JSON
@@ -113,30 +115,18 @@ impl LocalWriter {
                 message,
                 reporting_controller,
             } => {
-                let severity = match severity {
-                    EventSeverity::Normal => "Normal",
-                    EventSeverity::Warning => "Warning",
-                };
                 let events = self.resource(&Gvk::new("events.k8s.io", "v1", "Event"))?;
+                let event = NewEvent {
+                    regarding: &regarding,
+                    severity,
+                    reason: &reason,
+                    message: &message,
+                    reporting_controller: &reporting_controller,
+                    reporting_instance: "kubeplug-local",
+                };
+                let severity = event.severity();
                 let number = self.events.fetch_add(1, Ordering::Relaxed);
-                let event = serde_json::json!({
-                    "metadata": {
-                        "name": format!("{}.{number:x}", regarding.name),
-                        "namespace": regarding.namespace.clone().unwrap_or_else(|| "default".into()),
-                    },
-                    "regarding": {
-                        "apiVersion": regarding.resource.api_version(),
-                        "kind": regarding.resource.kind,
-                        "namespace": regarding.namespace,
-                        "name": regarding.name,
-                    },
-                    "type": severity,
-                    "reason": reason,
-                    "note": message,
-                    "action": reason,
-                    "reportingController": reporting_controller,
-                    "reportingInstance": "kubeplug-local",
-                });
+                let event = event.to_json(number);
                 server
                     .create(&events, &event.to_string())
                     .map_err(status_error)?;
@@ -202,6 +192,7 @@ fn status_error(status: Status) -> WriteError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kubeplug_runtime::view::EventSeverity;
 
     #[test]
     fn merge_follows_rfc_7386() {
