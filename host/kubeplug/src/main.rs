@@ -25,8 +25,6 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    // `kubeplug test` collects what the plugin does from the host's tracing events.
-    let journal = replay::Journal::default();
     let testing = matches!(cli.command, cli::Command::Test(_));
     let default_filter = if testing {
         replay::DEFAULT_LOG_FILTER
@@ -38,10 +36,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_filter(filter);
-    tracing_subscriber::registry()
-        .with(stderr)
-        .with(testing.then(|| journal.layer()))
-        .init();
+    tracing_subscriber::registry().with(stderr).init();
     if let Some(refused) = refused {
         tracing::warn!("{refused}; logging with {default_filter:?}");
     }
@@ -59,7 +54,7 @@ fn main() -> ExitCode {
         cli::Command::Run(args) => runtime.block_on(run::run(args)),
         cli::Command::Check(args) => runtime.block_on(check::check(args)),
         cli::Command::Rbac(args) => runtime.block_on(rbac::rbac(args)),
-        cli::Command::Test(args) => runtime.block_on(replay::test(args, journal)),
+        cli::Command::Test(args) => runtime.block_on(replay::test(args)),
         cli::Command::Record(args) => runtime.block_on(record::record(args)),
     };
     match result {

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
+use crate::observer::CallObserver;
 use crate::state::StoreState;
 
 /// How instances get their memory.
@@ -27,7 +28,7 @@ pub enum Allocator {
 }
 
 /// Engine-wide settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RuntimeConfig {
     /// Host-private directory for compiled artefacts; `None` disables the cache. Never point
     /// it at the plugin directory: artefacts are trusted native code.
@@ -38,6 +39,21 @@ pub struct RuntimeConfig {
     pub allocator: Allocator,
     /// Largest linear memory an instance may reach (also the pooling slot size).
     pub max_memory: usize,
+    /// Told what every plugin of this runtime does (see [`observer`](crate::observer));
+    /// `None`, the default, builds no record.
+    pub observer: Option<Arc<dyn CallObserver>>,
+}
+
+impl std::fmt::Debug for RuntimeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeConfig")
+            .field("artifact_cache", &self.artifact_cache)
+            .field("epoch_tick", &self.epoch_tick)
+            .field("allocator", &self.allocator)
+            .field("max_memory", &self.max_memory)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
 }
 
 impl Default for RuntimeConfig {
@@ -54,6 +70,7 @@ impl Default for RuntimeConfig {
             epoch_tick: Duration::from_millis(10),
             allocator: Allocator::OnDemand,
             max_memory: 64 << 20,
+            observer: None,
         }
     }
 }

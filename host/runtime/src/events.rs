@@ -12,6 +12,7 @@ use crate::bindings::wit;
 use crate::convert;
 use crate::description::Delivery;
 use crate::driver::{DriverControl, DriverError, Follower, Version, check_receivers};
+use crate::observer::CallRecord;
 use crate::plugin::Plugin;
 use crate::status::{PluginStats, RunState, bounded};
 
@@ -180,6 +181,9 @@ async fn deliver(
             }
             Err(error) => {
                 tracing::warn!(plugin = plugin.name(), round, events = events.len(), %error, "batch failed");
+                plugin.observe(None, || CallRecord::Failed {
+                    error: error.clone(),
+                });
                 if let Some(pause) = version.breaker.failure(&error) {
                     quarantine(plugin, receivers, pause, &error);
                     break;

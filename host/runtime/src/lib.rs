@@ -6,7 +6,8 @@
 //! [`events::drive_events`] or [`reconcile::drive_reconcile`] to drive it under a
 //! [`DriverControl`], which swaps versions (hot reload) and stops it. The cache and the
 //! cluster are reached through [`CacheView`] and [`ClusterWriter`], which the binary
-//! implements; this crate never imports kube.
+//! implements; this crate never imports kube. A [`CallObserver`] set in [`RuntimeConfig`]
+//! is told, record by record, what every plugin did.
 //!
 //! Invariants:
 //! - a plugin call never runs on, or blocks, an informer's task: drivers are their own tasks,
@@ -26,6 +27,7 @@ mod grants;
 mod gvk;
 mod host;
 pub mod index;
+pub mod observer;
 pub mod plugin;
 pub mod reconcile;
 mod state;
@@ -37,6 +39,7 @@ pub use driver::{DriverControl, DriverError};
 pub use engine::{Allocator, CompileSource, EngineError, Live, Runtime, RuntimeConfig};
 pub use host::{HostCallError, HostCalls};
 pub use kubeplug_policy::{Grants, Gvk, WriteVerb};
+pub use observer::{CallObserver, CallRecord, Observed, ReconcileCall};
 pub use plugin::{CallError, LoadError, Plugin, PluginInstance, PluginLimits, PluginSpec};
 pub use status::{PluginMetrics, PluginStats, PluginStatus, RunState};
 pub use view::{CacheView, ClusterWriter, IndexerMap, NoCluster, ObjectRef, Write, WriteError};

@@ -17,6 +17,7 @@ use crate::engine::{CompileSource, LiveToken, Runtime};
 use crate::grants::{self, Policy};
 use crate::gvk::Gvk;
 use crate::index::informer_spec;
+use crate::observer::{CallRecord, PluginObserver, ReconcileCall};
 use crate::state::{HostContext, LogBudget, StoreState};
 use crate::status::{PluginMetrics, PluginStats, PluginStatus};
 use crate::view::{CacheView, ClusterWriter, ObjectRef};
@@ -255,6 +256,7 @@ impl Runtime {
             stats: stats.clone(),
             indexes: BTreeMap::new(),
             log_budget: Arc::new(Mutex::new(LogBudget::new())),
+            observer: self.config.observer.clone().map(PluginObserver::new),
         });
         let start_failed = |stage, e: CallError| LoadError::StartFailed {
             path: path.clone(),
@@ -318,6 +320,7 @@ impl Runtime {
             stats,
             indexes,
             log_budget: Arc::new(Mutex::new(LogBudget::new())),
+            observer: self.config.observer.clone().map(PluginObserver::new),
         });
         tracing::info!(
             plugin = %description.name, version = %description.version, path = %path.display(),
@@ -402,6 +405,21 @@ impl Plugin {
     /// Its plugin-defined metrics.
     pub fn metrics(&self) -> &Arc<PluginMetrics> {
         &self.host.metrics
+    }
+
+    /// A new reconcile call of `target`, if an observer wants to know.
+    pub(crate) fn reconcile_call(&self, target: &ObjectRef) -> Option<Arc<ReconcileCall>> {
+        let observer = self.host.observer.as_ref()?;
+        Some(observer.reconcile_call(target))
+    }
+
+    /// Tells the observer, if any, what happened `during` a reconcile call, or outside one.
+    pub(crate) fn observe(
+        &self,
+        during: Option<Arc<ReconcileCall>>,
+        record: impl FnOnce() -> CallRecord,
+    ) {
+        self.host.observe(|| during, record);
     }
 
     /// A fresh instance, `init` already called with the plugin's settings.
@@ -520,6 +538,27 @@ impl PluginInstance {
 
     /// Calls `reconcile` for `target`.
     pub async fn reconcile(
+        &mut self,
+        target: &ObjectRef,
+    ) -> Result<guest::ReconcileResult, CallError> {
+        self.observed_reconcile(target, None).await
+    }
+
+    /// Calls `reconcile` for `target`, as the observed `call` when there is one: what the
+    /// plugin does meanwhile is recorded as done during it.
+    pub(crate) async fn observed_reconcile(
+        &mut self,
+        target: &ObjectRef,
+        call: Option<Arc<ReconcileCall>>,
+    ) -> Result<guest::ReconcileResult, CallError> {
+        let current_call = self.store.data().current_call.clone();
+        current_call.set(call);
+        let result = self.call_reconcile(target).await;
+        current_call.set(None);
+        result
+    }
+
+    async fn call_reconcile(
         &mut self,
         target: &ObjectRef,
     ) -> Result<guest::ReconcileResult, CallError> {

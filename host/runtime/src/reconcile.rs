@@ -17,6 +17,7 @@ use crate::driver::{
 };
 use crate::fault::Breaker;
 use crate::gvk::Gvk;
+use crate::observer::{CallRecord, ReconcileCall};
 use crate::plugin::{Plugin, PluginInstance};
 use crate::status::{PluginStats, bounded};
 use crate::view::ObjectRef;
@@ -176,6 +177,9 @@ async fn feed(
                             Ok(i) => mapper = Some((plugin.clone(), i)),
                             Err(e) => {
                                 tracing::warn!(plugin = plugin.name(), error = %e, "map-event: no instance");
+                                plugin.observe(None, || CallRecord::Failed {
+                                    error: e.to_string(),
+                                });
                                 continue;
                             }
                         }
@@ -190,6 +194,9 @@ async fn feed(
                             mapper = None;
                             plugin.stats().record_failure(&e.to_string());
                             tracing::warn!(plugin = plugin.name(), key = n.key().as_str(), error = %e, "map-event failed; event dropped");
+                            plugin.observe(None, || CallRecord::Failed {
+                                error: e.to_string(),
+                            });
                         }
                     }
                 }
@@ -199,12 +206,13 @@ async fn feed(
     }
 }
 
-/// One `reconcile` call on a pooled instance, as a worker outcome, which it reports in a
-/// `debug` event "reconciled" (fields `plugin`, `key`, `result`: `done`, `requeue-after`
-/// with `requeue_after_ms`, or `error` with `error`), e.g. for `kubeplug test`.
+/// One `reconcile` call on a pooled instance, as a worker outcome, which it reports to the
+/// observer and in a `debug` event "reconciled" (fields `plugin`, `key`, `result`: `done`,
+/// `requeue-after` with `requeue_after_ms`, or `error` with `error`).
 async fn reconcile_one(version: &Version, target: ObjectRef) -> Outcome<String> {
     let plugin = version.plugin.name();
-    let outcome = call_reconcile(version, &target).await;
+    let call = version.plugin.reconcile_call(&target);
+    let outcome = call_reconcile(version, &target, call.clone()).await;
     match &outcome {
         Outcome::Done => tracing::debug!(plugin, key = %target, result = "done", "reconciled"),
         Outcome::RequeueAfter(delay) => tracing::debug!(
@@ -215,10 +223,17 @@ async fn reconcile_one(version: &Version, target: ObjectRef) -> Outcome<String> 
             tracing::debug!(plugin, key = %target, result = "error", %error, "reconciled");
         }
     }
+    version.plugin.observe(call, || CallRecord::Reconciled {
+        outcome: outcome.clone(),
+    });
     outcome
 }
 
-async fn call_reconcile(version: &Version, target: &ObjectRef) -> Outcome<String> {
+async fn call_reconcile(
+    version: &Version,
+    target: &ObjectRef,
+    call: Option<Arc<ReconcileCall>>,
+) -> Outcome<String> {
     let (plugin, breaker) = (&version.plugin, &version.breaker);
     breaker.wait().await;
     let mut instance = match version.take_instance().await {
@@ -226,7 +241,7 @@ async fn call_reconcile(version: &Version, target: &ObjectRef) -> Outcome<String
         Err(e) => return fail(plugin, breaker, e.to_string()),
     };
     PluginStats::add(&plugin.stats().reconciles, 1);
-    match instance.reconcile(target).await {
+    match instance.observed_reconcile(target, call).await {
         Ok(result) => {
             version.put_instance(instance);
             match result {

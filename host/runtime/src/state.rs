@@ -16,6 +16,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::grants::Policy;
 use crate::gvk::Gvk;
+use crate::observer::{CallRecord, CurrentCall, PluginObserver, ReconcileCall};
 use crate::status::{PluginMetrics, PluginStats};
 use crate::view::{CacheView, ClusterWriter};
 
@@ -37,6 +38,21 @@ pub(crate) struct HostContext {
     pub(crate) indexes: BTreeMap<(Gvk, String), String>,
     /// Shared by `log` and captured stdout/stderr.
     pub(crate) log_budget: Arc<Mutex<LogBudget>>,
+    /// Who is told what the plugin does; `None` under `run`.
+    pub(crate) observer: Option<PluginObserver>,
+}
+
+impl HostContext {
+    /// Hands `record` to the observer, if there is one; `during` is asked only then.
+    pub(crate) fn observe(
+        &self,
+        during: impl FnOnce() -> Option<Arc<ReconcileCall>>,
+        record: impl FnOnce() -> CallRecord,
+    ) {
+        if let Some(observer) = &self.observer {
+            observer.observe(&self.plugin, during(), record());
+        }
+    }
 }
 
 /// A token bucket for one plugin's log records (`log` calls and stdout/stderr lines
@@ -100,6 +116,8 @@ pub(crate) struct StoreState {
     pub(crate) limits: MeteredLimits,
     /// When the current call must have returned.
     pub(crate) deadline: Instant,
+    /// The reconcile call in progress, for the observer.
+    pub(crate) current_call: CurrentCall,
     pub(crate) host: Arc<HostContext>,
 }
 
@@ -116,9 +134,10 @@ impl StoreState {
     /// A store for `host`'s plugin: WASI with no preopened directory, an empty environment,
     /// no network, stdout/stderr into tracing; memory capped at `max_memory`.
     pub(crate) fn new(host: Arc<HostContext>, max_memory: usize) -> Self {
+        let current_call = CurrentCall::default();
         let wasi = WasiCtxBuilder::new()
-            .stdout(Capture::new(&host, "stdout"))
-            .stderr(Capture::new(&host, "stderr"))
+            .stdout(Capture::new(&host, &current_call, "stdout"))
+            .stderr(Capture::new(&host, &current_call, "stderr"))
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
@@ -139,6 +158,7 @@ impl StoreState {
                 linear_memory: 0,
             },
             deadline: Instant::now(),
+            current_call,
             host,
         }
     }
@@ -202,35 +222,48 @@ impl ResourceLimiter for MeteredLimits {
 /// Longest line kept from a plugin's stdout or stderr; the rest of the line is dropped.
 const MAX_LINE: usize = 4096;
 
-/// A plugin's stdout or stderr: complete lines go to tracing at `info` (stdout) or `warn`
-/// (stderr) with the plugin's name, through the plugin's log budget. Writes always succeed,
-/// so a chatty plugin is throttled, never blocked or failed.
+/// A plugin's stdout or stderr: complete lines go to the observer, and to tracing at `info`
+/// (stdout) or `warn` (stderr) with the plugin's name, through the plugin's log budget.
+/// Writes always succeed, so a chatty plugin is throttled, never blocked or failed.
 #[derive(Clone)]
 struct Capture {
-    plugin: Arc<str>,
+    host: Arc<HostContext>,
+    current_call: CurrentCall,
     stream: &'static str,
-    budget: Arc<Mutex<LogBudget>>,
     line: Arc<Mutex<Vec<u8>>>,
 }
 
 impl Capture {
-    fn new(host: &HostContext, stream: &'static str) -> Self {
+    fn new(host: &Arc<HostContext>, current_call: &CurrentCall, stream: &'static str) -> Self {
         Self {
-            plugin: host.plugin.clone(),
+            host: host.clone(),
+            current_call: current_call.clone(),
             stream,
-            budget: host.log_budget.clone(),
             line: Arc::default(),
         }
     }
 
     fn emit(&self, line: &[u8]) {
-        let taken = self.budget.lock().map(|mut b| b.take()).unwrap_or(None);
+        let text = String::from_utf8_lossy(line);
+        self.host.observe(
+            || self.current_call.get(),
+            || CallRecord::Output {
+                stream: self.stream,
+                line: text.clone().into_owned(),
+            },
+        );
+        let taken = self
+            .host
+            .log_budget
+            .lock()
+            .map(|mut b| b.take())
+            .unwrap_or(None);
         if let Some(dropped) = taken {
-            let text = String::from_utf8_lossy(line);
+            let plugin = &*self.host.plugin;
             if self.stream == "stderr" {
-                tracing::warn!(plugin = %self.plugin, stream = self.stream, dropped, "{text}");
+                tracing::warn!(plugin, stream = self.stream, dropped, "{text}");
             } else {
-                tracing::info!(plugin = %self.plugin, stream = self.stream, dropped, "{text}");
+                tracing::info!(plugin, stream = self.stream, dropped, "{text}");
             }
         }
     }

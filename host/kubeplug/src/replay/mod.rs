@@ -36,7 +36,7 @@ use kubeplug_workqueue::{ItemExponential, Queue, Workers};
 use tokio::task::JoinHandle;
 
 pub(crate) use events::{Change, Format};
-pub(crate) use journal::Journal;
+use journal::Journal;
 
 use crate::cli::{OutputFormat, TestArgs};
 use crate::config::Config;
@@ -44,11 +44,11 @@ use crate::plugins::{FactoryCache, Resolver, plugin_settings};
 use crate::run::artifact_cache_dir;
 use crate::writer::LocalWriter;
 use events::InputEvent;
-use journal::RecordingWriter;
 use report::{EventInfo, Report, Step};
 
 /// The log filter of stderr under `kubeplug test` unless `KUBEPLUG_LOG` says otherwise:
-/// the plugin's own records are in the report, so stderr keeps the host's warnings. Load
+/// the plugin's own records are in the report (the runtime hands them to the [`Journal`]
+/// whatever the filter), so stderr keeps the host's warnings. Load
 /// warnings are left out too: without a configuration section the first load, which only
 /// asks the plugin what it needs, always warns that it is not granted it; a grant missing
 /// from a configuration shows in the report as a `denied` write.
@@ -66,7 +66,8 @@ const REBOOKMARK: Duration = Duration::from_millis(100);
 
 /// Replays `args.events` and prints the report; fails when the input is bad, the plugin
 /// does not load or settle, or one of its calls failed.
-pub(crate) async fn test(args: TestArgs, journal: Journal) -> anyhow::Result<()> {
+pub(crate) async fn test(args: TestArgs) -> anyhow::Result<()> {
+    let journal = Journal::default();
     let config = Config::load(args.config.as_deref())?;
     let events = events::read(&args.events)?;
     let (cluster, scan) =
@@ -108,6 +109,7 @@ pub(crate) async fn test(args: TestArgs, journal: Journal) -> anyhow::Result<()>
 
     let runtime = Runtime::new(RuntimeConfig {
         artifact_cache: artifact_cache_dir(),
+        observer: Some(Arc::new(journal.clone())),
         ..RuntimeConfig::default()
     })
     .context("cannot start the WebAssembly engine")?;
@@ -116,8 +118,7 @@ pub(crate) async fn test(args: TestArgs, journal: Journal) -> anyhow::Result<()>
     let resolve: Resolver =
         Arc::new(move |gvk: &Gvk| resolving.resolve(&gvk.api_version(), &gvk.kind));
     let cache = Arc::new(FactoryCache::new(factory.clone(), resolve));
-    let writer: Arc<dyn ClusterWriter> =
-        Arc::new(RecordingWriter::new(LocalWriter::new(cluster.clone())));
+    let writer: Arc<dyn ClusterWriter> = Arc::new(LocalWriter::new(cluster.clone()));
     let spec = |grants: Grants| PluginSpec {
         path: args.plugin.clone(),
         bytes: bytes.clone(),

@@ -221,5 +221,9 @@ fn render_call(call: &Call) -> String {
             (None, None) => format!("reconcile {key}: {result}"),
         },
         Call::Failure { message } => format!("failed: {message}"),
+        Call::Dropped { count } => format!(
+            "dropped: {count} more calls (a step keeps {})",
+            super::journal::MAX_STEP_CALLS
+        ),
     }
 }

@@ -216,6 +216,7 @@ mod tests {
             stats: Arc::default(),
             indexes: BTreeMap::new(),
             log_budget: Arc::new(Mutex::new(LogBudget::new())),
+            observer: None,
         };
         StoreState::new(Arc::new(host), 64 << 20)
     }

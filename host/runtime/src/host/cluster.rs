@@ -5,6 +5,7 @@ use crate::WriteVerb;
 use crate::bindings::kubeplug::plugin::cluster::{EventSeverity, Host, PatchType};
 use crate::bindings::wit::{Error, Gvk as WitGvk, ObjectRef as WitRef};
 use crate::gvk::Gvk;
+use crate::observer::CallRecord;
 use crate::state::StoreState;
 use crate::status::PluginStats;
 use crate::view::{self, ObjectRef, Write, WriteError};
@@ -44,7 +45,7 @@ fn document(what: &str, json: &str) -> Result<(), Error> {
 }
 
 impl StoreState {
-    /// Checks the grant, then performs the write.
+    /// Checks the grant, then performs the write; the observer, if any, sees either.
     async fn write(
         &mut self,
         resource: &Gvk,
@@ -55,20 +56,36 @@ impl StoreState {
         if !host.policy.may_write(resource, verb) {
             PluginStats::add(&host.stats.denied, 1);
             tracing::debug!(plugin = %host.plugin, %verb, %resource, "write refused by grants");
+            host.observe(
+                || self.current_call.get(),
+                || CallRecord::Refused {
+                    verb,
+                    resource: resource.clone(),
+                },
+            );
             return Err(Error::NotPermitted(format!(
                 "plugin {} has no grant to {verb} {resource}",
                 host.plugin
             )));
         }
-        host.writer
-            .write(&host.plugin, write)
-            .await
-            .map_err(|e| match e {
-                WriteError::NotFound(m) => Error::NotFound(m),
-                WriteError::Invalid(m) => Error::InvalidInput(m),
-                WriteError::Conflict(m) => Error::Conflict(m),
-                WriteError::Unavailable(m) => Error::Unavailable(m),
-            })
+        // Copied only for an observer: the writer takes the write.
+        let observed = host.observer.as_ref().map(|_| write.clone());
+        let result = host.writer.write(&host.plugin, write).await;
+        if let Some(write) = observed {
+            host.observe(
+                || self.current_call.get(),
+                || CallRecord::Write {
+                    write,
+                    result: result.as_ref().map(drop).map_err(Clone::clone),
+                },
+            );
+        }
+        result.map_err(|e| match e {
+            WriteError::NotFound(m) => Error::NotFound(m),
+            WriteError::Invalid(m) => Error::InvalidInput(m),
+            WriteError::Conflict(m) => Error::Conflict(m),
+            WriteError::Unavailable(m) => Error::Unavailable(m),
+        })
     }
 }
 

@@ -1,11 +1,27 @@
-//! `kubeplug:plugin/log`: leveled, structured records into tracing, rate limited.
+//! `kubeplug:plugin/log`: leveled, structured records into tracing, rate limited, and to
+//! the observer, if any, whole.
 
 use crate::bindings::kubeplug::plugin::log::{Host, Level};
 use crate::bindings::wit::Label;
+use crate::observer::CallRecord;
 use crate::state::StoreState;
 
 /// Longest message kept; longer ones are cut (at a char boundary) and marked.
 const MAX_MESSAGE: usize = 8192;
+/// Most fields kept per record, and the longest key and value of each.
+const MAX_FIELDS: usize = 32;
+const MAX_FIELD_KEY: usize = 128;
+const MAX_FIELD_VALUE: usize = 1024;
+
+fn tracing_level(level: Level) -> tracing::Level {
+    match level {
+        Level::Trace => tracing::Level::TRACE,
+        Level::Debug => tracing::Level::DEBUG,
+        Level::Info => tracing::Level::INFO,
+        Level::Warn => tracing::Level::WARN,
+        Level::Error => tracing::Level::ERROR,
+    }
+}
 
 fn enabled(level: Level) -> bool {
     match level {
@@ -27,10 +43,26 @@ fn cut(text: &str, max: usize) -> &str {
 
 impl Host for StoreState {
     fn enabled(&mut self, level: Level) -> wasmtime::Result<bool> {
-        Ok(enabled(level))
+        Ok(self.host.observer.is_some() || enabled(level))
     }
 
     fn log(&mut self, level: Level, message: String, fields: Vec<Label>) -> wasmtime::Result<()> {
+        let message = cut(&message, MAX_MESSAGE);
+        let fields = &fields[..fields.len().min(MAX_FIELDS)];
+        self.host.observe(
+            || self.current_call.get(),
+            || CallRecord::Log {
+                level: tracing_level(level),
+                message: message.to_owned(),
+                fields: fields
+                    .iter()
+                    .map(|f| {
+                        let key = cut(&f.key, MAX_FIELD_KEY);
+                        (key.to_owned(), cut(&f.value, MAX_FIELD_VALUE).to_owned())
+                    })
+                    .collect(),
+            },
+        );
         if !enabled(level) {
             return Ok(());
         }
@@ -44,11 +76,12 @@ impl Host for StoreState {
             return Ok(());
         };
         let plugin = &*self.host.plugin;
-        let message = cut(&message, MAX_MESSAGE);
         let fields: String = fields
             .iter()
-            .take(32)
-            .map(|f| format!(" {}={:?}", cut(&f.key, 128), cut(&f.value, 1024)))
+            .map(|f| {
+                let key = cut(&f.key, MAX_FIELD_KEY);
+                format!(" {key}={:?}", cut(&f.value, MAX_FIELD_VALUE))
+            })
             .collect();
         match level {
             Level::Trace => tracing::trace!(plugin, dropped, "{message}{fields}"),

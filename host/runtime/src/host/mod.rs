@@ -138,6 +138,7 @@ impl HostCalls {
             stats: Arc::default(),
             indexes: BTreeMap::new(),
             log_budget: Arc::new(Mutex::new(LogBudget::new())),
+            observer: None,
         };
         Self {
             state: StoreState::new(Arc::new(host), 64 << 20),
