@@ -2,18 +2,20 @@
 //!
 //! Uses the legacy discovery documents (`/api/v1`, `/apis/{group}/{version}`; `/api` and
 //! `/apis` to list what is served). Each group-version's resources are cached; a kind not
-//! found in the cache refreshes its group-version once, so a CRD installed after start is
-//! found the first time a plugin asks for it.
+//! found in the cache refreshes its group-version, so a CRD installed after start is found
+//! the first time a plugin asks for it once [`MISS_TTL`] has passed since the last fetch.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use futures::StreamExt as _;
 use http::Request;
 use kube::client::Body;
 use kubeplug_informer::resource::Resource;
 use serde::Deserialize;
+use tokio::time::Instant;
 
 use crate::config::{KubeClient, error_chain};
 use crate::lister::{Read, read_at_most};
@@ -25,6 +27,12 @@ pub const MAX_DISCOVERY_BYTES: usize = 16 << 20;
 
 /// How many discovery documents [`Discovery::warm`] fetches at once.
 const WARM_PARALLELISM: usize = 8;
+
+/// How long a fetched group-version answers a miss (a kind it lacks, or the group-version
+/// not being served) without asking the server again. Every plugin file waiting for a CRD
+/// retries on its own back-off, starting at a second; with this, however many there are,
+/// discovery asks about one group-version at most once a second.
+pub const MISS_TTL: Duration = Duration::from_secs(1);
 
 /// Why a kind could not be resolved.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -119,13 +127,23 @@ pub struct GroupVersionEntry {
 /// Resolves kinds to resources with a cache refreshed on a miss. Cheap to clone.
 ///
 /// Contract: [`resolve`](Self::resolve) answers from the cache when it can; otherwise it
-/// fetches the group-version's discovery document once and answers from that. A failed
-/// lookup for one kind never affects the others.
+/// fetches the group-version's discovery document once and answers from that, unless that
+/// document (or its absence) was fetched less than [`MISS_TTL`] ago. A failed lookup for one
+/// kind never affects the others; a failed request is not cached.
 #[derive(Clone)]
 pub struct Discovery {
     client: KubeClient,
-    /// Group-version → its top-level resources (subresources dropped).
-    cache: Arc<Mutex<HashMap<String, Arc<[ApiResource]>>>>,
+    /// Group-version → what it served when last fetched.
+    cache: Arc<Mutex<HashMap<String, Fetched>>>,
+}
+
+/// One group-version's discovery document as last fetched.
+#[derive(Clone)]
+struct Fetched {
+    /// Its top-level resources (subresources dropped); `None` when the server answered that
+    /// it does not serve the group-version.
+    resources: Option<Arc<[ApiResource]>>,
+    at: Instant,
 }
 
 impl fmt::Debug for Discovery {
@@ -153,7 +171,7 @@ impl Discovery {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<[ApiResource]>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Fetched>> {
         // The map is only replaced entry by entry: a poisoned lock still holds a valid map.
         self.cache.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -167,12 +185,29 @@ impl Discovery {
     ) -> Result<Resource, DiscoveryError> {
         let gv = group_version(group, version);
         let cached = self.lock().get(&gv).cloned();
-        if let Some(resources) = cached
-            && let Some(found) = find(&resources, group, version, kind)
-        {
-            return Ok(found);
-        }
-        let resources = self.refresh(group, version, kind).await?;
+        let resources = match cached {
+            Some(fetched) => {
+                if let Some(found) = fetched
+                    .resources
+                    .as_deref()
+                    .and_then(|resources| find(resources, group, version, kind))
+                {
+                    return Ok(found);
+                }
+                if fetched.at.elapsed() < MISS_TTL {
+                    fetched.resources
+                } else {
+                    self.refresh(group, version).await?
+                }
+            }
+            None => self.refresh(group, version).await?,
+        };
+        let Some(resources) = resources else {
+            return Err(DiscoveryError::GroupVersionNotServed {
+                group_version: gv,
+                kind: kind.to_owned(),
+            });
+        };
         find(&resources, group, version, kind).ok_or_else(|| DiscoveryError::KindNotServed {
             group_version: gv,
             kind: kind.to_owned(),
@@ -187,8 +222,8 @@ impl Discovery {
     /// The resource serving `kind` in `group`/`version` if the cache already knows it; never
     /// asks the server. For callers that cannot wait (a plugin's synchronous host call).
     pub fn cached(&self, group: &str, version: &str, kind: &str) -> Option<Resource> {
-        let resources = self.lock().get(&group_version(group, version)).cloned()?;
-        find(&resources, group, version, kind)
+        let fetched = self.lock().get(&group_version(group, version)).cloned()?;
+        find(fetched.resources.as_deref()?, group, version, kind)
     }
 
     /// Fills the cache with every group-version the server serves (`/api`, `/apis`, then
@@ -211,11 +246,11 @@ impl Discovery {
         }
         let fetched = futures::stream::iter(wanted)
             .map(|(group, version)| async move {
-                let result = self.refresh(&group, &version, "*").await;
+                let result = self.refresh(&group, &version).await;
                 if let Err(error) = &result {
                     tracing::warn!(%error, "discovery: skipped a group-version");
                 }
-                result.is_ok()
+                matches!(result, Ok(Some(_)))
             })
             .buffer_unordered(WARM_PARALLELISM)
             .filter(|ok| std::future::ready(*ok))
@@ -275,13 +310,13 @@ impl Discovery {
         }
     }
 
-    /// Fetches the discovery document of `group`/`version` into the cache.
+    /// Fetches the discovery document of `group`/`version` into the cache: its resources, or
+    /// `None` when the server does not serve it.
     async fn refresh(
         &self,
         group: &str,
         version: &str,
-        kind: &str,
-    ) -> Result<Arc<[ApiResource]>, DiscoveryError> {
+    ) -> Result<Option<Arc<[ApiResource]>>, DiscoveryError> {
         let gv = group_version(group, version);
         let path = if group.is_empty() {
             format!("/api/{version}")
@@ -289,24 +324,25 @@ impl Discovery {
             format!("/apis/{group}/{version}")
         };
         let (code, body) = self.get(&path, &gv).await?;
-        if code == http::StatusCode::NOT_FOUND {
-            self.lock().remove(&gv);
-            return Err(DiscoveryError::GroupVersionNotServed {
-                group_version: gv,
-                kind: kind.to_owned(),
-            });
-        }
-        if !code.is_success() {
+        let resources = if code == http::StatusCode::NOT_FOUND {
+            None
+        } else if code.is_success() {
+            let list: ApiResourceList = serde_json::from_slice(&body)
+                .map_err(|e| self.failed(&gv, format!("{e}: {}", wire::snippet(&body))))?;
+            Some(
+                list.resources
+                    .into_iter()
+                    .filter(|r| !r.name.contains('/'))
+                    .collect(),
+            )
+        } else {
             return Err(self.failed(&gv, wire::decode_status(code.as_u16(), &body).to_string()));
-        }
-        let list: ApiResourceList = serde_json::from_slice(&body)
-            .map_err(|e| self.failed(&gv, format!("{e}: {}", wire::snippet(&body))))?;
-        let resources: Arc<[ApiResource]> = list
-            .resources
-            .into_iter()
-            .filter(|r| !r.name.contains('/'))
-            .collect();
-        self.lock().insert(gv, resources.clone());
+        };
+        let fetched = Fetched {
+            resources: resources.clone(),
+            at: Instant::now(),
+        };
+        self.lock().insert(gv, fetched);
         Ok(resources)
     }
 

@@ -162,7 +162,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
                 )
             })?;
         let retry = host.apply(scan.changes).await;
-        dir.retry(&retry);
+        dir.retry(&retry, tokio::time::Instant::now());
         match scan.recheck_at {
             Some(settled) => tokio::time::sleep_until(settled).await,
             None => break,

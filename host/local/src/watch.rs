@@ -51,7 +51,9 @@ pub enum ScanReason {
     Start,
     /// A file-system event that can change the files, or an error of the watcher.
     Event,
-    /// A file still being written is looked at again once it may have settled.
+    /// A file still being written is looked at again once it may have settled; in the
+    /// plugins directory also a file whose load failed on something outside it, handed out
+    /// again on its back-off.
     Retry,
     /// The periodic rescan, a safety net for volumes that lose events.
     Rescan,

@@ -8,7 +8,7 @@ use kubeplug_fake_apiserver::FakeOptions;
 use kubeplug_informer::factory::{InformerKey, SharedInformerFactory};
 use kubeplug_informer::informer::HandlerOptions;
 use kubeplug_informer::resource::Resource;
-use kubeplug_kube::discovery::DiscoveryError;
+use kubeplug_kube::discovery::{DiscoveryError, MISS_TTL};
 use kubeplug_kube::lister::KubeSourceOptions;
 use kubeplug_kube::provider::KubeSourceProvider;
 
@@ -43,7 +43,9 @@ async fn a_crd_served_after_start_is_discovered_and_watched() {
     );
     assert!(error.to_string().contains("Widget"), "{error}");
 
-    // The CRD is installed: the next lookup refreshes and finds it.
+    // The CRD is installed: the next lookup after the miss cache's time refreshes and finds
+    // it.
+    tokio::time::sleep(MISS_TTL).await;
     let widgets = Resource::new("example.com", "v1", "Widget", "widgets", false);
     f.server.serve(widgets.clone());
     f.server
@@ -93,4 +95,35 @@ async fn warm_caches_every_served_group_version() {
         requests_after_warm,
         "cached never asks the server"
     );
+}
+
+/// Regression (issue 18): every plugin file waiting for a CRD asked discovery again on each
+/// retry. Misses are now answered from the last fetch for [`MISS_TTL`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misses_within_the_miss_cache_time_ask_the_server_once() {
+    let f = start(FakeOptions::default()).await;
+    let discovery = KubeSourceProvider::new(f.client.clone(), KubeSourceOptions::default())
+        .discovery()
+        .clone();
+    let asked = |path: &str| f.server.requests().iter().filter(|r| r.uri == path).count();
+    for _ in 0..20 {
+        let missing = discovery.resolve("example.com", "v1", "Widget").await;
+        assert!(
+            matches!(missing, Err(DiscoveryError::GroupVersionNotServed { .. })),
+            "{missing:?}"
+        );
+        let unknown = discovery.resolve("", "v1", "Gizmo").await;
+        assert!(
+            matches!(unknown, Err(DiscoveryError::KindNotServed { .. })),
+            "{unknown:?}"
+        );
+    }
+    assert_eq!(asked("/apis/example.com/v1"), 1);
+    assert_eq!(asked("/api/v1"), 1);
+    // Kinds the document holds are still answered from it, and after the time a miss asks
+    // again.
+    assert!(discovery.resolve("", "v1", "ConfigMap").await.is_ok());
+    tokio::time::sleep(MISS_TTL).await;
+    assert!(discovery.resolve("", "v1", "Gizmo").await.is_err());
+    assert_eq!(asked("/api/v1"), 2);
 }

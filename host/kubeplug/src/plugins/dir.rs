@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use kubeplug_informer::backoff::Backoff;
 use kubeplug_local::{ScanCounts, ScanReason, can_change_files};
 use sha2::{Digest as _, Sha256};
 use tokio::sync::Notify;
@@ -23,6 +24,11 @@ use tracing::{debug, warn};
 /// interpreter inside, are about 20 MB; a file several times that size is not a plugin, and
 /// would be read whole into memory (and compiled) before anything could tell.
 const MAX_PLUGIN_FILE_BYTES: u64 = 128 << 20;
+
+/// The first retry of a file whose load failed on something outside it (a type not served
+/// yet, a name another file holds); retries then double, with jitter, up to the rescan
+/// period.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
 
 /// How the directory is watched.
 #[derive(Debug, Clone)]
@@ -122,6 +128,18 @@ struct Tracked {
     /// What was last handed out for it, so that unchanged content and repeated rejections
     /// are not handed out again.
     handed_out: Option<Outcome>,
+    /// Its load failed on something outside the file: when to hand it out again.
+    retry: Option<Retry>,
+}
+
+/// The retry schedule of one file's content.
+#[derive(Debug)]
+struct Retry {
+    /// The content whose load failed; other content starts without a schedule.
+    hash: ContentHash,
+    backoff: Backoff,
+    /// When to hand it out again; `None` once handed out, until it fails again.
+    at: Option<Instant>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -223,15 +241,38 @@ impl PluginDir {
         self.scans.clone()
     }
 
-    /// Forgets what was handed out for `paths`, so that the next scan hands their content
-    /// out again even though it did not change: for loads that failed on something outside
-    /// the file (a type not served yet, a name another file holds).
-    pub(crate) fn retry(&mut self, paths: &[PathBuf]) {
+    /// Schedules the content last handed out for `paths` to be handed out again, though it
+    /// did not change: for loads that failed on something outside the file (a type not
+    /// served yet, a name another file holds). The first retry comes after [`FIRST_RETRY`],
+    /// each further one of the same content after twice as long, with jitter, never later
+    /// than the rescan period.
+    pub(crate) fn retry(&mut self, paths: &[PathBuf], now: Instant) {
+        let longest = self.config.rescan_every.max(FIRST_RETRY);
         for path in paths {
-            if let Some(tracked) = self.tracked.get_mut(path) {
-                (tracked.read_at, tracked.handed_out) = (None, None);
-            }
+            let Some(tracked) = self.tracked.get_mut(path) else {
+                continue;
+            };
+            let Some(Outcome::Content(hash)) = tracked.handed_out else {
+                continue;
+            };
+            let retry = match &mut tracked.retry {
+                Some(retry) if retry.hash == hash => retry,
+                other => other.insert(Retry {
+                    hash,
+                    backoff: Backoff::new(FIRST_RETRY, longest).with_jitter(),
+                    at: None,
+                }),
+            };
+            retry.at = Some(now + retry.backoff.next_delay().min(longest));
         }
+    }
+
+    /// When the next retry is due, if any is scheduled.
+    pub(crate) fn next_retry(&self) -> Option<Instant> {
+        self.tracked
+            .values()
+            .filter_map(|tracked| tracked.retry.as_ref()?.at)
+            .min()
     }
 
     /// Looks at every file now, counting the scan under `reason`; `hints` are consumed.
@@ -266,6 +307,12 @@ impl PluginDir {
             };
             let renamed = hints.swapped || hints.renamed.contains(&path);
             let tracked = self.tracked.entry(path.clone()).or_default();
+            if let Some(retry) = &mut tracked.retry
+                && retry.at.is_some_and(|at| at <= now)
+            {
+                retry.at = None;
+                (tracked.read_at, tracked.handed_out) = (None, None);
+            }
             if tracked.stat != Some(stat) {
                 (tracked.stat, tracked.since, tracked.renamed) = (Some(stat), Some(now), renamed);
             } else {
@@ -289,6 +336,13 @@ impl PluginDir {
                 Ok(Some(bytes)) => {
                     tracked.read_at = Some(stat);
                     let hash = ContentHash::of(&bytes);
+                    if tracked
+                        .retry
+                        .as_ref()
+                        .is_some_and(|retry| retry.hash != hash)
+                    {
+                        tracked.retry = None;
+                    }
                     let outcome = Some(Outcome::Content(hash));
                     if tracked.handed_out != outcome {
                         tracked.handed_out = outcome;
@@ -430,8 +484,8 @@ enum State {
 }
 
 /// Hands the scanner's changes to `apply` until `cancel` fires. `apply` returns the files
-/// whose load is worth trying again unchanged (see [`PluginDir::retry`]): the periodic
-/// rescan hands them out again. The first scan runs at once; its changes are everything
+/// whose load is worth trying again unchanged, which are handed out again on their back-off
+/// (see [`PluginDir::retry`]). The first scan runs at once; its changes are everything
 /// present.
 pub(crate) async fn watch<F, Fut>(mut dir: PluginDir, cancel: CancellationToken, mut apply: F)
 where
@@ -501,9 +555,10 @@ where
                     Ok(scan) => {
                         if !scan.changes.is_empty() {
                             let retry = apply(scan.changes).await;
-                            dir.retry(&retry);
+                            dir.retry(&retry, Instant::now());
                         }
-                        match scan.recheck_at {
+                        let recheck = scan.recheck_at.into_iter().chain(dir.next_retry()).min();
+                        match recheck {
                             Some(at) if at < next_rescan => State::Wait {
                                 until: at,
                                 reason: ScanReason::Retry,

@@ -342,6 +342,67 @@ fn a_configmap_volume_swap_hands_out_exactly_the_changed_files() {
     }
 }
 
+/// The scan's changes at `now`, by name.
+fn scan_at(plugins: &mut PluginDir, now: Instant) -> Vec<String> {
+    names(
+        &plugins
+            .scan(ScanReason::Rescan, Hints::default(), now)
+            .unwrap()
+            .changes,
+    )
+}
+
+/// The regression of the retry storm (issue 18): a file whose load fails on something
+/// outside it is handed out again after 1 s, then after twice as long each time (with up to
+/// as much again of jitter), never later than the rescan period; new content starts over.
+#[test]
+fn a_file_that_failed_for_an_outside_cause_is_retried_on_a_back_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.wasm");
+    write_aged(&path, b"\0asm-1", Duration::from_secs(5));
+    let mut plugins = PluginDir::new(
+        dir.path(),
+        DirConfig {
+            settle: SETTLE,
+            rescan_every: Duration::from_secs(10),
+            max_file_size: 1024,
+        },
+    )
+    .unwrap();
+    let second = Duration::from_secs(1);
+    let mut now = Instant::now();
+    assert_eq!(scan_at(&mut plugins, now), ["present a.wasm"]);
+    assert_eq!(plugins.next_retry(), None);
+    let mut delays = Vec::new();
+    for _ in 0..6 {
+        plugins.retry(std::slice::from_ref(&path), now);
+        let due = plugins.next_retry().expect("a retry is scheduled");
+        delays.push(due - now);
+        // Not before it is due, however often the directory is scanned.
+        assert!(scan_at(&mut plugins, due - Duration::from_millis(1)).is_empty());
+        assert_eq!(scan_at(&mut plugins, due), ["present a.wasm"]);
+        assert_eq!(plugins.next_retry(), None, "handed out: nothing scheduled");
+        now = due;
+    }
+    let floors = [1, 2, 4, 8, 10, 10].map(|s| s * second);
+    for (delay, floor) in delays.iter().zip(floors) {
+        assert!(
+            (floor..=(floor * 2).min(10 * second)).contains(delay),
+            "delays {delays:?}"
+        );
+    }
+    // Loaded at last: nothing more is handed out.
+    assert!(scan_at(&mut plugins, now + 60 * second).is_empty());
+
+    // New content starts without a schedule; a failure of it waits the first delay again.
+    write_aged(&path, b"\0asm-2", Duration::from_secs(5));
+    now += 61 * second;
+    assert_eq!(scan_at(&mut plugins, now), ["present a.wasm"]);
+    plugins.retry(std::slice::from_ref(&path), now);
+    let delay = plugins.next_retry().unwrap() - now;
+    assert!((second..=2 * second).contains(&delay), "{delay:?}");
+}
+
 /// A running [`watch`] over `dir`: what it hands out, and its scan counts.
 struct Watching {
     handed_out: tokio::sync::mpsc::UnboundedReceiver<Vec<String>>,
@@ -565,4 +626,58 @@ fn rename_events_become_hints() {
     );
     hints.record(dir, &event(RenameMode::To, &["/plugins/..data"]));
     assert!(hints.swapped);
+}
+
+/// The watcher hands a file whose load keeps failing on an outside cause out again on its
+/// back-off, not at every scan (the retry storm of issue 18 handed it out hundreds of times a
+/// second), and without waiting for the periodic rescan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watcher_retries_a_failing_file_on_its_back_off() {
+    let dir = tempfile::tempdir().unwrap();
+    write_aged(&dir.path().join("a.wasm"), b"\0asm", Duration::from_secs(5));
+    let plugins = PluginDir::new(
+        dir.path(),
+        DirConfig {
+            settle: SETTLE,
+            rescan_every: Duration::from_secs(60),
+            max_file_size: 1024,
+        },
+    )
+    .unwrap();
+    let (sender, mut handed_out) = tokio::sync::mpsc::unbounded_channel();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(watch(plugins, cancel.clone(), move |changes| {
+        let failed: Vec<PathBuf> = changes
+            .iter()
+            .filter_map(|change| match change {
+                Change::Present(content) => Some(content.path.clone()),
+                _ => None,
+            })
+            .collect();
+        let _ = sender.send((Instant::now(), names(&changes)));
+        async move { failed }
+    }));
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(20), handed_out.recv())
+            .await
+            .expect("handed out within 20 s")
+            .expect("the watcher runs")
+    };
+    let (first, changes) = next().await;
+    assert_eq!(changes, ["present a.wasm"]);
+    let (second, changes) = next().await;
+    assert_eq!(changes, ["present a.wasm"]);
+    let (third, _) = next().await;
+    assert!(
+        second - first >= Duration::from_secs(1),
+        "{:?}",
+        second - first
+    );
+    assert!(
+        third - second >= Duration::from_secs(2),
+        "{:?}",
+        third - second
+    );
+    cancel.cancel();
+    task.await.unwrap();
 }
