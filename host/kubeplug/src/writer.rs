@@ -6,6 +6,7 @@ use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::Status;
 use kubeplug_local::LocalCluster;
+use kubeplug_memory::status::Endpoint;
 use kubeplug_runtime::view::{BoxFuture, PatchType};
 use kubeplug_runtime::{ClusterWriter, Gvk, ObjectRef, Write, WriteError};
 use serde_json::Value;
@@ -15,7 +16,8 @@ use crate::event::NewEvent;
 
 /// Writes to a [`LocalCluster`], as a real API server would apply them: server-side apply
 /// merges the manifest into the stored object, patches are merge (RFC 7386) or JSON
-/// (RFC 6902) patches, Events become `events.k8s.io/v1` objects.
+/// (RFC 6902) patches, Events become `events.k8s.io/v1` objects; the `status` subresource
+/// changes only the status, and nothing else does ([`Endpoint`]).
 pub(crate) struct LocalWriter {
     cluster: LocalCluster,
     /// Makes Event names unique, as the API server's `generateName` would.
@@ -55,11 +57,15 @@ impl LocalWriter {
             Write::Apply { target, json, .. } => {
                 let manifest = parse(&json)?;
                 let (resource, object) = match self.stored(&target) {
-                    Ok((resource, mut stored)) => {
-                        merge(&mut stored, manifest);
-                        (resource, stored)
+                    Ok((resource, stored)) => {
+                        let mut applied = stored.clone();
+                        json_patch::merge(&mut applied, &manifest);
+                        (resource, Endpoint::Object.stored(Some(&stored), applied))
                     }
-                    Err(WriteError::NotFound(_)) => (self.resource(&target.resource)?, manifest),
+                    Err(WriteError::NotFound(_)) => (
+                        self.resource(&target.resource)?,
+                        Endpoint::Object.stored(None, manifest),
+                    ),
                     Err(error) => return Err(error),
                 };
                 (resource, object, format!("applied {target}"))
@@ -70,11 +76,12 @@ impl LocalWriter {
                 patch,
                 subresource,
             } => {
-                let (resource, mut object) = self.stored(&target)?;
+                let (resource, stored) = self.stored(&target)?;
                 let patch = parse(&patch)?;
-                match (patch_type, subresource.as_deref()) {
-                    (PatchType::Merge, _) => merge(&mut object, patch),
-                    (PatchType::Json, _) => {
+                let mut object = stored.clone();
+                match patch_type {
+                    PatchType::Merge => json_patch::merge(&mut object, &patch),
+                    PatchType::Json => {
                         let patch: json_patch::Patch = serde_json::from_value(patch)
                             .map_err(|e| WriteError::Invalid(format!("JSON patch: {e}")))?;
                         json_patch::patch(&mut object, &patch).map_err(|e| {
@@ -82,6 +89,11 @@ impl LocalWriter {
                         })?;
                     }
                 }
+                let endpoint = match subresource.as_deref() {
+                    Some("status") => Endpoint::Status,
+                    _ => Endpoint::Object,
+                };
+                let object = endpoint.stored(Some(&stored), object);
                 let part = subresource.map(|s| format!(" ({s})")).unwrap_or_default();
                 (resource, object, format!("patched {target}{part}"))
             }
@@ -90,7 +102,7 @@ impl LocalWriter {
                 namespace,
                 json,
             } => {
-                let mut object = parse(&json)?;
+                let mut object = Endpoint::Object.stored(None, parse(&json)?);
                 if let Some(namespace) = namespace {
                     object["metadata"]["namespace"] = Value::String(namespace);
                 }
@@ -161,25 +173,6 @@ fn parse(json: &str) -> Result<Value, WriteError> {
     serde_json::from_str(json).map_err(|e| WriteError::Invalid(format!("not JSON: {e}")))
 }
 
-/// RFC 7386 merge patch: objects merge recursively, `null` removes, anything else replaces.
-fn merge(target: &mut Value, patch: Value) {
-    let Value::Object(patch) = patch else {
-        *target = patch;
-        return;
-    };
-    if !target.is_object() {
-        *target = Value::Object(serde_json::Map::new());
-    }
-    let target = target.as_object_mut().expect("made an object above");
-    for (key, value) in patch {
-        if value.is_null() {
-            target.remove(&key);
-        } else {
-            merge(target.entry(key).or_insert(Value::Null), value);
-        }
-    }
-}
-
 fn status_error(status: Status) -> WriteError {
     match status.code {
         404 => WriteError::NotFound(status.message),
@@ -194,13 +187,43 @@ mod tests {
     use super::*;
     use kubeplug_runtime::view::EventSeverity;
 
-    #[test]
-    fn merge_follows_rfc_7386() {
-        let mut target = serde_json::json!({"a": "b", "c": {"d": "e", "f": "g"}});
-        merge(&mut target, serde_json::json!({"a": "z", "c": {"f": null}}));
-        assert_eq!(target, serde_json::json!({"a": "z", "c": {"d": "e"}}));
-        merge(&mut target, serde_json::json!({"a": [1]}));
-        assert_eq!(target["a"], serde_json::json!([1]));
+    /// As on kube-apiserver (the kube writer's tests show it there): the status subresource
+    /// changes only the status, the object's own writes never do.
+    #[tokio::test]
+    async fn only_the_status_subresource_writes_status() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("web.yaml"),
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: ns\n\
+             spec:\n  replicas: 1\nstatus:\n  replicas: 1\n",
+        )
+        .unwrap();
+        let (cluster, _) = LocalCluster::open(dir.path()).unwrap();
+        let writer = LocalWriter::new(cluster.clone());
+        let target = ObjectRef {
+            resource: Gvk::new("apps", "v1", "Deployment"),
+            namespace: Some("ns".into()),
+            name: "web".into(),
+        };
+        let patch = |patch: &str, subresource: Option<&str>| Write::Patch {
+            target: target.clone(),
+            patch_type: PatchType::Merge,
+            patch: patch.into(),
+            subresource: subresource.map(str::to_owned),
+        };
+        for write in [
+            patch(r#"{"spec":{"replicas":2},"status":{"replicas":9}}"#, None),
+            patch(
+                r#"{"spec":{"replicas":9},"metadata":{"labels":{"s":"t"}},"status":{"replicas":3}}"#,
+                Some("status"),
+            ),
+        ] {
+            writer.write("test", write).await.unwrap();
+        }
+        let (_, stored) = writer.stored(&target).unwrap();
+        assert_eq!(stored["spec"]["replicas"], 2, "{stored}");
+        assert_eq!(stored["status"]["replicas"], 3, "{stored}");
+        assert_eq!(stored["metadata"].get("labels"), None, "{stored}");
     }
 
     #[tokio::test]

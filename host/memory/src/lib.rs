@@ -26,6 +26,7 @@ mod incoming;
 mod render;
 mod server;
 mod state;
+pub mod status;
 
 #[cfg(feature = "faults")]
 pub use faults::{Fault, Garbage};

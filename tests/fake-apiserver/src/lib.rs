@@ -201,7 +201,8 @@ pub fn builtin_resources() -> Vec<Resource> {
     ]
 }
 
-/// A running fake API server. Dropping it stops accepting connections and aborts open watches.
+/// A running fake API server. Dropping it stops it, as a stopped server: no new connections,
+/// and the open ones (watches included) are closed.
 ///
 /// ```no_run
 /// # async fn demo() {

@@ -23,6 +23,7 @@ use kubeplug_informer::source::{
     ListPage, ListRequest, ListerWatcher, SourceError, Status, WatchEvent, WatchRequest,
     WatchStream,
 };
+use kubeplug_memory::status::Endpoint;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
@@ -31,19 +32,25 @@ use crate::{RawAnswer, RequestRecord, Shared, lock, reason_for};
 
 type Body = UnsyncBoxBody<Bytes, io::Error>;
 
-/// Accepts connections until the task is aborted; one task per connection.
+/// Accepts connections until the task is aborted; one task per connection, each ended when
+/// this task is, as a server that stops closes its connections.
 pub(crate) async fn accept_loop(
     listener: TcpListener,
     shared: Arc<Shared>,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
+    let mut connections = tokio::task::JoinSet::new();
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => continue,
+            },
+            Some(_) = connections.join_next() => continue,
         };
         let shared = shared.clone();
         let tls = tls.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let service = hyper::service::service_fn(move |request| {
                 let shared = shared.clone();
                 async move { Ok::<_, Infallible>(handle(shared, request).await) }
@@ -644,6 +651,7 @@ impl Ctx<'_> {
             map.remove("uid");
         }
         metadata["creationTimestamp"] = json!(patch::now_rfc3339());
+        let object = Endpoint::Object.stored(None, object);
         match self
             .shared
             .memory
@@ -659,6 +667,15 @@ impl Ctx<'_> {
                 Some(json!({"name": name, "kind": self.resource.plural})),
             ),
             Err(status) => status_response(&status, None),
+        }
+    }
+
+    /// Whether the request is for the object or its `status`.
+    fn endpoint(&self) -> Endpoint {
+        if self.path.status {
+            Endpoint::Status
+        } else {
+            Endpoint::Object
         }
     }
 
@@ -712,21 +729,7 @@ impl Ctx<'_> {
         let Some(current) = self.current() else {
             return self.not_found();
         };
-        let object = if self.path.status {
-            // The status subresource changes only `status`.
-            let mut next = current.clone();
-            next["status"] = object.get("status").cloned().unwrap_or(Value::Null);
-            if let Some(rv) = object["metadata"].get("resourceVersion") {
-                next["metadata"]["resourceVersion"] = rv.clone();
-            }
-            next
-        } else {
-            let mut next = object;
-            if let Some(status) = current.get("status") {
-                next["status"] = status.clone();
-            }
-            next
-        };
+        let object = self.endpoint().stored(Some(&current), object);
         match self.store(object, &current) {
             Ok(json) => full(StatusCode::OK, with_kind(self.resource, &json)),
             Err(response) => response,
@@ -754,21 +757,18 @@ impl Ctx<'_> {
                 (None, false) => return self.not_found(),
                 (None, true) => return self.apply_create(&patch),
                 (Some(current), _) => {
+                    // The patch applies to the whole object, whichever the endpoint; what the
+                    // endpoint may not change is then taken back from the current object.
                     let mut next = current.clone();
-                    let target = if self.path.status {
-                        &mut next["status"]
-                    } else {
-                        &mut next
-                    };
                     let patched = match media {
                         "application/merge-patch+json"
                         | "application/strategic-merge-patch+json" => {
-                            json_patch::merge(target, strip_status_path(&patch, self.path.status));
+                            json_patch::merge(&mut next, &patch);
                             Ok(())
                         }
                         "application/json-patch+json" => patch::json_patch(&mut next, &patch),
                         "application/apply-patch+yaml" => {
-                            json_patch::merge(target, strip_status_path(&patch, self.path.status));
+                            json_patch::merge(&mut next, &patch);
                             self.record_apply(&mut next, &patch)
                         }
                         other => {
@@ -793,6 +793,7 @@ impl Ctx<'_> {
                         map.remove("kind");
                         map.remove("apiVersion");
                     }
+                    let next = self.endpoint().stored(Some(&current), next);
                     self.store(next, &current)
                 }
             };
@@ -840,6 +841,7 @@ impl Ctx<'_> {
             return error(422, message);
         }
         object["metadata"]["creationTimestamp"] = json!(patch::now_rfc3339());
+        let object = Endpoint::Object.stored(None, object);
         match self
             .shared
             .memory
@@ -855,14 +857,6 @@ impl Ctx<'_> {
             Ok(written) => full(StatusCode::OK, with_kind(self.resource, &written.json)),
             Err(_) => self.not_found(),
         }
-    }
-}
-
-/// A patch of the status subresource may be given as `{"status": {...}}`: take the inside.
-fn strip_status_path(patch: &Value, status: bool) -> &Value {
-    match patch.get("status") {
-        Some(inner) if status => inner,
-        _ => patch,
     }
 }
 
