@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::{CertificateDer, ServerName};
 
 use crate::EnvtestError;
+use crate::audit::Audit;
 use crate::certs::Credentials;
 use crate::http::{self, Response};
 use crate::process::{Supervised, log_tail};
@@ -40,11 +41,12 @@ impl ApiServer {
         port: u16,
         etcd_url: &str,
         credentials: &Credentials,
+        audit: &Audit,
         flags: &Flags,
         log: PathBuf,
         ready_timeout: Duration,
     ) -> Result<ApiServer, EnvtestError> {
-        let args = args(port, etcd_url, credentials, flags);
+        let args = args(port, etcd_url, credentials, audit, flags);
         let https = Https::new(port, credentials)?;
         let process = Supervised::spawn(BINARY, path, &args, &log, None)?;
         let mut server = ApiServer {
@@ -112,7 +114,13 @@ impl ApiServer {
 }
 
 /// The command line. Everything listens on 127.0.0.1 only.
-fn args(port: u16, etcd_url: &str, credentials: &Credentials, flags: &Flags) -> Vec<OsString> {
+fn args(
+    port: u16,
+    etcd_url: &str,
+    credentials: &Credentials,
+    audit: &Audit,
+    flags: &Flags,
+) -> Vec<OsString> {
     let file = |flag: &str, path: &Path| {
         let mut arg = OsString::from(format!("--{flag}="));
         arg.push(path);
@@ -137,6 +145,8 @@ fn args(port: u16, etcd_url: &str, credentials: &Credentials, flags: &Flags) -> 
         "--service-account-issuer=https://kubernetes.default.svc".into(),
         file("token-auth-file", &credentials.token_auth_file),
         "--authorization-mode=RBAC".into(),
+        file("audit-policy-file", &audit.policy_file),
+        file("audit-log-path", &audit.log_file),
         "--service-cluster-ip-range=10.0.0.0/24".into(),
         // Otherwise it complains every 10 s that 127.0.0.1 cannot be an Endpoints address.
         "--endpoint-reconciler-type=none".into(),

@@ -154,4 +154,12 @@ pub enum EnvtestError {
         #[source]
         source: kube::Error,
     },
+    /// The API server's audit log could not be read.
+    #[error("cannot read the audit log {}: {cause}", path.display())]
+    AuditLogUnreadable {
+        /// The log.
+        path: PathBuf,
+        /// Why: the I/O error, or the line that is not an audit event.
+        cause: String,
+    },
 }

@@ -56,6 +56,7 @@
 
 mod apiserver;
 mod assets;
+mod audit;
 mod certs;
 mod error;
 mod etcd;
@@ -70,10 +71,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use apiserver::{ApiServer, Flags};
+use audit::Audit;
 use certs::Credentials;
 use etcd::Etcd;
 
 pub use assets::{ASSETS_VAR, Assets, CI_VAR, ETCD_VAR};
+pub use audit::AuditEvent;
 pub use certs::User;
 pub use error::EnvtestError;
 pub use etcd::EtcdStatus;
@@ -124,6 +127,7 @@ pub struct Envtest {
     apiserver: ApiServer,
     etcd: Etcd,
     credentials: Credentials,
+    audit: Audit,
     kubeconfig: PathBuf,
     /// The next suffix [`namespace`](Self::namespace) gives out.
     namespaces: AtomicU64,
@@ -178,6 +182,7 @@ impl Envtest {
             .tempdir()
             .map_err(EnvtestError::TempDirFailed)?;
         let credentials = Credentials::generate(dir.path())?;
+        let audit = Audit::write(dir.path())?;
         let etcd = on_free_ports(|[client_port, peer_port]| {
             let data_dir = dir.path().join("etcd");
             // A failed attempt may have left its data behind; etcd must start from nothing.
@@ -201,6 +206,7 @@ impl Envtest {
                 port,
                 &etcd.url(),
                 &credentials,
+                &audit,
                 &flags,
                 dir.path().join("kube-apiserver.log"),
                 READY_TIMEOUT,
@@ -215,6 +221,7 @@ impl Envtest {
             apiserver,
             etcd,
             credentials,
+            audit,
             kubeconfig,
             namespaces: AtomicU64::new(0),
             dir,
@@ -274,6 +281,12 @@ impl Envtest {
             return Err(failed(format!("{} {}", response.status, response.text())));
         }
         Ok(name)
+    }
+
+    /// Every request the API server has completed so far, from its audit log (at the
+    /// `Metadata` level: who, what, from which client; no bodies), oldest first.
+    pub fn audit_events(&self) -> Result<Vec<AuditEvent>, EnvtestError> {
+        self.audit.events()
     }
 
     /// Stops kube-apiserver and starts it again with the same ports, certificates and etcd;

@@ -27,6 +27,27 @@ async fn the_admin_creates_a_config_map_and_reads_it_back() -> anyhow::Result<()
         read.metadata.resource_version,
         created.metadata.resource_version
     );
+    // The audit log has every request, with who sent it and with which client.
+    let path = format!("/api/v1/namespaces/{namespace}/configmaps");
+    let request = http::Request::get(format!("{path}/a"))
+        .header(http::header::USER_AGENT, "envtest-probe/1")
+        .body(Vec::new())?;
+    bounded("get", env.client(User::Admin)?.request_text(request)).await?;
+    let events = env.audit_events()?;
+    let create = events
+        .iter()
+        .find(|e| e.verb == "create" && e.request_uri.starts_with(&path))
+        .expect("the create is in the audit log");
+    assert_eq!(create.user, User::Admin.name());
+    assert_eq!(create.code, Some(201));
+    let probe = events
+        .iter()
+        .find(|e| e.user_agent == "envtest-probe/1")
+        .expect("the probe is in the audit log");
+    assert_eq!(
+        (probe.verb.as_str(), probe.request_uri.as_str()),
+        ("get", format!("{path}/a").as_str())
+    );
     Ok(())
 }
 
