@@ -32,6 +32,8 @@ pub(crate) struct ApiServer {
 #[derive(Clone, Debug)]
 pub(crate) struct Flags {
     pub(crate) watch_cache: bool,
+    /// Where its audit policy is, and its audit log goes.
+    pub(crate) audit: Audit,
 }
 
 impl ApiServer {
@@ -41,12 +43,11 @@ impl ApiServer {
         port: u16,
         etcd_url: &str,
         credentials: &Credentials,
-        audit: &Audit,
         flags: &Flags,
         log: PathBuf,
         ready_timeout: Duration,
     ) -> Result<ApiServer, EnvtestError> {
-        let args = args(port, etcd_url, credentials, audit, flags);
+        let args = args(port, etcd_url, credentials, flags);
         let https = Https::new(port, credentials)?;
         let process = Supervised::spawn(BINARY, path, &args, &log, None)?;
         let mut server = ApiServer {
@@ -114,13 +115,7 @@ impl ApiServer {
 }
 
 /// The command line. Everything listens on 127.0.0.1 only.
-fn args(
-    port: u16,
-    etcd_url: &str,
-    credentials: &Credentials,
-    audit: &Audit,
-    flags: &Flags,
-) -> Vec<OsString> {
+fn args(port: u16, etcd_url: &str, credentials: &Credentials, flags: &Flags) -> Vec<OsString> {
     let file = |flag: &str, path: &Path| {
         let mut arg = OsString::from(format!("--{flag}="));
         arg.push(path);
@@ -145,8 +140,8 @@ fn args(
         "--service-account-issuer=https://kubernetes.default.svc".into(),
         file("token-auth-file", &credentials.token_auth_file),
         "--authorization-mode=RBAC".into(),
-        file("audit-policy-file", &audit.policy_file),
-        file("audit-log-path", &audit.log_file),
+        file("audit-policy-file", &flags.audit.policy_file),
+        file("audit-log-path", &flags.audit.log_file),
         "--service-cluster-ip-range=10.0.0.0/24".into(),
         // Otherwise it complains every 10 s that 127.0.0.1 cannot be an Endpoints address.
         "--endpoint-reconciler-type=none".into(),

@@ -18,7 +18,7 @@ rules:
 ";
 
 /// The audit policy and log of one control plane.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Audit {
     pub(crate) policy_file: PathBuf,
     pub(crate) log_file: PathBuf,

@@ -199,6 +199,7 @@ impl Envtest {
         })?;
         let flags = Flags {
             watch_cache: options.watch_cache,
+            audit: audit.clone(),
         };
         let apiserver = on_free_ports(|[port]| {
             ApiServer::start(
@@ -206,7 +207,6 @@ impl Envtest {
                 port,
                 &etcd.url(),
                 &credentials,
-                &audit,
                 &flags,
                 dir.path().join("kube-apiserver.log"),
                 READY_TIMEOUT,

@@ -1,0 +1,521 @@
+//! The `kubeplug` binary against an API server: each scenario on the fake one of
+//! `tests/fake-apiserver` and on a real kube-apiserver v1.32 (see [`cluster`]), and what only
+//! one of them can show on its own.
+
+mod cluster;
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use cluster::{Cluster, Server, eventually, on_both_servers};
+use kubeplug_envtest::{AfterCut, User};
+use kubeplug_fake_apiserver::{FakeApiServer, FakeOptions};
+use support::{Host, built_plugin, kubeplug, wait_until};
+
+on_both_servers!(
+    label_audit_records_an_event_on_the_api_server,
+    two_replicas_elect_one_leader_and_the_other_takes_over,
+);
+
+/// What only these tests ask of a running host.
+impl Host {
+    /// Sends `signal` (`STOP`, `CONT`, `TERM`) to the host process.
+    fn signal(&self, signal: &str) {
+        let sent = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{signal}");
+    }
+
+    /// SIGTERM, then the exit status once the host has stopped (within a minute).
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        self.signal("TERM");
+        wait_until("the host exits after SIGTERM", || {
+            self.child.try_wait().unwrap()
+        })
+    }
+
+    /// Whether `leader_election_master_status` says this replica leads.
+    fn leads(&self) -> bool {
+        let (_, metrics) = self.get("/metrics");
+        metrics.contains("leader_election_master_status{name=\"kubeplug\"} 1")
+    }
+
+    /// The state `/plugins` reports for the only plugin.
+    fn plugin_state(&self) -> String {
+        let (_, body) = self.get("/plugins");
+        let plugins: serde_json::Value = serde_json::from_str(&body).unwrap();
+        plugins[0]["state"].as_str().unwrap_or_default().to_owned()
+    }
+}
+
+/// A plugins directory holding label-audit, and a configuration granting it Events on
+/// Deployments, both under `dir`.
+struct LabelAuditSetup {
+    plugins: PathBuf,
+    config: PathBuf,
+}
+
+impl LabelAuditSetup {
+    fn new(dir: &Path) -> Self {
+        let plugins = dir.join("plugins");
+        std::fs::create_dir(&plugins).unwrap();
+        std::fs::copy(
+            built_plugin("label-audit"),
+            plugins.join("label-audit.wasm"),
+        )
+        .unwrap();
+        let config = dir.join("kubeplug.toml");
+        std::fs::write(
+            &config,
+            "[plugins.label-audit.grants]\nwrite = { \"apps/v1/Deployment\" = [\"record-event\"] }\n",
+        )
+        .unwrap();
+        Self { plugins, config }
+    }
+}
+
+async fn label_audit_records_an_event_on_the_api_server(server: Server) {
+    let Some(cluster) = Cluster::start(server, "label-audit").await else {
+        return;
+    };
+    cluster.create_deployment("web").await;
+    let LabelAuditSetup { plugins, config } = LabelAuditSetup::new(cluster.dir.path());
+
+    let host = Host::start(&[
+        Path::new("--kubeconfig"),
+        &cluster.kubeconfig,
+        Path::new("--plugins"),
+        &plugins,
+        Path::new("--config"),
+        &config,
+    ]);
+    let ready = host.wait_for("/readyz?verbose", |status, _| status == 200);
+    for check in ["[+]cluster ok", "[+]plugins ok", "[+]informers ok"] {
+        assert!(ready.contains(check), "{ready}");
+    }
+
+    let event = eventually("a label-audit Event on the server", || async {
+        cluster
+            .events()
+            .await
+            .into_iter()
+            .find(|event| event["regarding"]["name"] == "web")
+    })
+    .await;
+    assert_eq!(
+        event["metadata"]["namespace"],
+        cluster.namespace.as_str(),
+        "{event}"
+    );
+    assert_eq!(
+        event["regarding"],
+        serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                           "namespace": cluster.namespace, "name": "web"})
+    );
+    assert_eq!(event["type"], "Warning", "{event}");
+    assert_eq!(event["reason"], "MissingLabels", "{event}");
+    assert_eq!(event["reportingController"], "kubeplug/label-audit");
+    assert!(
+        event["note"]
+            .as_str()
+            .unwrap()
+            .contains("app.kubernetes.io/name"),
+        "{event}"
+    );
+    assert!(!event["reportingInstance"].as_str().unwrap().is_empty());
+
+    // Audit logs tell kubeplug's requests, and each plugin's writes, apart.
+    let version = env!("CARGO_PKG_VERSION");
+    let host_agent = format!("kubeplug/{version}");
+    let plugin_agent = format!("kubeplug/{version} (plugin label-audit)");
+    let events_path = format!(
+        "/apis/events.k8s.io/v1/namespaces/{}/events",
+        cluster.namespace
+    );
+    match (cluster.fake(), cluster.envtest()) {
+        (Some(fake), _) => {
+            let requests = fake.requests();
+            let writes: Vec<_> = requests.iter().filter(|r| r.method == "POST").collect();
+            let uris: Vec<&str> = writes.iter().map(|r| r.uri.as_str()).collect();
+            // The test's own creation of `web`, then the plugin's Event.
+            assert_eq!(
+                uris,
+                ["/apis/apps/v1/namespaces/team-a/deployments", &events_path]
+            );
+            assert_eq!(writes[1].user_agents, [plugin_agent]);
+            // Every read is the host's, or this test's own.
+            for request in requests.iter().filter(|r| r.method == "GET") {
+                let agents = &request.user_agents;
+                assert!(
+                    *agents == [host_agent.as_str()] || *agents == [cluster::TEST_AGENT],
+                    "{}: {agents:?}",
+                    request.uri
+                );
+            }
+        }
+        (None, Some(env)) => {
+            let audit = env.audit_events().unwrap();
+            let recorded = audit
+                .iter()
+                .find(|e| e.verb == "create" && e.request_uri.starts_with(&events_path))
+                .expect("the Event's creation is in the audit log");
+            assert_eq!(recorded.user_agent, plugin_agent);
+            assert_eq!(recorded.user, User::Admin.name());
+            let reads: Vec<_> = audit
+                .iter()
+                .filter(|e| e.user_agent.starts_with("kubeplug/"))
+                .filter(|e| matches!(e.verb.as_str(), "get" | "list" | "watch"))
+                .collect();
+            assert!(!reads.is_empty(), "the host's reads are in the audit log");
+            for read in reads {
+                assert_eq!(read.user_agent, host_agent, "{read:?}");
+            }
+        }
+        (None, None) => unreachable!("a cluster is fake or real"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_names_an_unreachable_server() {
+    let server = FakeApiServer::start(FakeOptions::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server.write_kubeconfig(dir.path()).unwrap();
+    let address = server.address().to_owned();
+    // Nothing listens there any more.
+    drop(server);
+    let plugins = tempfile::tempdir().unwrap();
+
+    let host = Host::start(&[
+        Path::new("--kubeconfig"),
+        &kubeconfig,
+        Path::new("--plugins"),
+        plugins.path(),
+    ]);
+    let body = host.wait_for("/readyz?verbose", |status, body| {
+        status == 503 && body.contains("[-]cluster failed")
+    });
+    assert!(body.contains(&address), "{body}");
+    assert!(body.contains(kubeconfig.to_str().unwrap()), "{body}");
+    assert_eq!(host.get("/healthz"), (200, "ok".to_owned()));
+    // Each failed attempt is kubeplug's own line; the kube client's copy of it is not logged.
+    wait_until("a second failed attempt", || {
+        let attempts = host
+            .stderr_lines()
+            .iter()
+            .filter(|line| line.contains("cannot reach the cluster; retrying in"))
+            .count();
+        (attempts >= 2).then_some(())
+    });
+    let kube_client: Vec<String> = host
+        .stderr_lines()
+        .into_iter()
+        .filter(|line| line.contains("kube_client"))
+        .collect();
+    assert!(kube_client.is_empty(), "{kube_client:?}");
+}
+
+#[test]
+fn local_and_kubeconfig_exclude_each_other_and_a_bad_kubeconfig_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap();
+    let output = kubeplug()
+        .args([
+            "run",
+            "--plugins",
+            path,
+            "--local",
+            path,
+            "--kubeconfig",
+            path,
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("--local") && stderr.contains("--kubeconfig"),
+        "{stderr}"
+    );
+
+    let output = kubeplug()
+        .args(["run", "--plugins", path])
+        .args([
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+            "--context",
+            "prod",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("/nonexistent/kubeconfig") && stderr.contains("--local"),
+        "{stderr}"
+    );
+}
+
+/// Two replicas with `--leader-elect` and short durations: only the leader delivers. When
+/// it stops renewing (SIGSTOP), the other takes over within the lease duration and a retry
+/// period, and handles every Deployment, also those created meanwhile; the old leader, woken
+/// up, steps down. SIGTERM stops a replica gracefully, releasing the Lease if it holds it.
+async fn two_replicas_elect_one_leader_and_the_other_takes_over(server: Server) {
+    let Some(cluster) = Cluster::start(server, "election").await else {
+        return;
+    };
+    cluster.create_deployment("before").await;
+    let LabelAuditSetup { plugins, config } = LabelAuditSetup::new(cluster.dir.path());
+    let lease = Duration::from_secs(1);
+    let retry = Duration::from_millis(200);
+    let kubeconfig = cluster.kubeconfig.clone();
+    let replica = |identity: &str| {
+        elected_replica(identity, &kubeconfig, &plugins, &config, &cluster.namespace)
+    };
+
+    let mut a = replica("a");
+    wait_until("a leads", || a.leads().then_some(()));
+    let mut b = replica("b");
+    b.wait_for("/readyz", |status, _| status == 200);
+    eventually("a audited the Deployment", || async {
+        cluster
+            .noted("MissingLabels")
+            .await
+            .contains("before")
+            .then_some(())
+    })
+    .await;
+    assert!(!b.leads());
+    assert_eq!(b.plugin_state(), "standby");
+    assert_eq!(a.plugin_state(), "running");
+    assert_eq!(cluster.lease_holder("kubeplug").await.as_deref(), Some("a"));
+
+    a.signal("STOP");
+    let stopped = Instant::now();
+    cluster.create_deployment("meanwhile").await;
+    wait_until("b takes over", || b.leads().then_some(()));
+    let takeover = stopped.elapsed();
+    eprintln!("takeover {takeover:?} after the leader stopped renewing");
+    // Scheduling and the 100 ms polling of this test add to the protocol's bound.
+    let slack = Duration::from_secs(2);
+    assert!(
+        takeover <= lease + retry + slack,
+        "took {takeover:?} to take over a {lease:?} lease retried every {retry:?}"
+    );
+    assert_eq!(b.plugin_state(), "running");
+    eventually("b audited what was created meanwhile", || async {
+        cluster
+            .noted("MissingLabels")
+            .await
+            .contains("meanwhile")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(cluster.lease_holder("kubeplug").await.as_deref(), Some("b"));
+
+    a.signal("CONT");
+    wait_until("the old leader steps down", || {
+        (!a.leads() && a.plugin_state() == "standby").then_some(())
+    });
+
+    assert!(a.terminate().success());
+    assert_eq!(cluster.lease_holder("kubeplug").await.as_deref(), Some("b"));
+    assert!(b.terminate().success());
+    assert_eq!(
+        cluster.lease_holder("kubeplug").await,
+        None,
+        "b released the Lease"
+    );
+}
+
+/// A replica with `--leader-elect` and durations short enough for a test: a lease of 1 s,
+/// renewed within 700 ms, retried every 200 ms, the Lease in `namespace`.
+fn elected_replica(
+    identity: &str,
+    kubeconfig: &Path,
+    plugins: &Path,
+    config: &Path,
+    namespace: &str,
+) -> Host {
+    let identity = format!("--leader-elect-identity={identity}");
+    let namespace = format!("--leader-elect-namespace={namespace}");
+    let args = [
+        "--kubeconfig".as_ref(),
+        kubeconfig.as_os_str(),
+        "--plugins".as_ref(),
+        plugins.as_os_str(),
+        "--config".as_ref(),
+        config.as_os_str(),
+        "--leader-elect".as_ref(),
+        namespace.as_ref(),
+        "--leader-elect-lease-duration=1s".as_ref(),
+        "--leader-elect-renew-deadline=700ms".as_ref(),
+        "--leader-elect-retry-period=200ms".as_ref(),
+        identity.as_ref(),
+    ]
+    .map(Path::new);
+    Host::start(&args)
+}
+
+/// On the real server only: the leader's own connection is cut (through a proxy only it
+/// uses), so its renewals fail while the API server stays up for everyone else. It stops
+/// delivering; the other replica takes over and handles what is created meanwhile; when
+/// the connection comes back, the old leader stays a follower.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_the_api_server_is_replaced() {
+    let Some(cluster) = Cluster::start(Server::Real, "cut-leader").await else {
+        return;
+    };
+    let env = cluster.envtest().expect("a real server");
+    let proxy = env.proxy().unwrap();
+    let through_proxy = cluster.kubeconfig_via(&proxy, "kubeconfig-via-proxy");
+    cluster.create_deployment("before").await;
+    let LabelAuditSetup { plugins, config } = LabelAuditSetup::new(cluster.dir.path());
+
+    let a = elected_replica("a", &through_proxy, &plugins, &config, &cluster.namespace);
+    wait_until("a leads", || a.leads().then_some(()));
+    let b = elected_replica(
+        "b",
+        &cluster.kubeconfig,
+        &plugins,
+        &config,
+        &cluster.namespace,
+    );
+    b.wait_for("/readyz", |status, _| status == 200);
+    eventually("a audited the Deployment", || async {
+        cluster
+            .noted("MissingLabels")
+            .await
+            .contains("before")
+            .then_some(())
+    })
+    .await;
+
+    proxy.cut(AfterCut::Refuse);
+    wait_until("a, cut off, stops leading", || (!a.leads()).then_some(()));
+    wait_until("b takes over", || b.leads().then_some(()));
+    assert_eq!(a.plugin_state(), "standby");
+    cluster.create_deployment("meanwhile").await;
+    eventually("b audited what was created meanwhile", || async {
+        cluster
+            .noted("MissingLabels")
+            .await
+            .contains("meanwhile")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(cluster.lease_holder("kubeplug").await.as_deref(), Some("b"));
+
+    proxy.accept_again();
+    // Several retry periods with its connection back: b renews, a stays a follower.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!a.leads());
+    assert!(b.leads());
+    assert_eq!(cluster.lease_holder("kubeplug").await.as_deref(), Some("b"));
+}
+
+/// On the real server only: a plugin subscribing to a custom resource whose CRD does not
+/// exist yet fails at `resolve`, named, and is tried again on a back-off (never a storm);
+/// once the CRD is installed it loads by itself and handles the custom objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_for_a_crd_installed_later_starts_once_it_is_served() {
+    let Some(cluster) = Cluster::start(Server::Real, "crd-later").await else {
+        return;
+    };
+    let plugins = cluster.dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::copy(
+        built_plugin("recorder-unknown-kind"),
+        plugins.join("recorder-unknown-kind.wasm"),
+    )
+    .unwrap();
+    let config = cluster.dir.path().join("kubeplug.toml");
+    std::fs::write(
+        &config,
+        // It records its Events as about ConfigMaps of the names it handles.
+        "[plugins.recorder-unknown-kind.grants]\nwrite = { \"v1/ConfigMap\" = [\"record-event\"] }\n",
+    )
+    .unwrap();
+    let host = Host::start(&[
+        Path::new("--kubeconfig"),
+        &cluster.kubeconfig,
+        Path::new("--plugins"),
+        &plugins,
+        Path::new("--config"),
+        &config,
+    ]);
+    let failed = host.wait_for("/plugins", |_, body| body.contains("\"failed\""));
+    let report: serde_json::Value = serde_json::from_str(&failed).unwrap();
+    assert_eq!(report[0]["name"], "recorder", "{report}");
+    let error = report[0]["last_error"].as_str().unwrap();
+    assert!(
+        error.contains("resolve") && error.contains("example.com/v1/Widget"),
+        "{error}"
+    );
+    // Retried from 1 s, doubling: in 6 s at most 1 + 3 attempts (at 1–2, 3–6 s...).
+    let attempts_at_start = failed_loads(&host);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let retried = failed_loads(&host) - attempts_at_start;
+    assert!((1..=4).contains(&retried), "{retried} retries in 6 s");
+
+    let crd = serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}},
+            }],
+        },
+    });
+    cluster
+        .create(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            &crd,
+        )
+        .await;
+    let widgets = format!(
+        "/apis/example.com/v1/namespaces/{}/widgets",
+        cluster.namespace
+    );
+    let widget = serde_json::json!({
+        "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w1"},
+    });
+    // The CRD is served a moment after it is created.
+    eventually("the Widget created", || async {
+        cluster
+            .request(http::Method::POST, &widgets, Some(&widget))
+            .await
+            .ok()
+    })
+    .await;
+    // The longest retry interval is the rescan period, 10 s.
+    host.wait_for("/plugins", |_, body| body.contains("\"running\""));
+    eventually("the recorder handled the Widget", || async {
+        cluster.noted("Handled").await.contains("w1").then_some(())
+    })
+    .await;
+}
+
+/// `kubeplug_plugin_reloads_total{result="failure"}`.
+fn failed_loads(host: &Host) -> u64 {
+    let (_, metrics) = host.get("/metrics");
+    metrics
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("kubeplug_plugin_reloads_total{result=\"failure\"} ")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
