@@ -9,10 +9,11 @@ use serde_json::Value;
 use crate::EnvtestError;
 use crate::certs::write;
 
-/// Every request at the `Metadata` level (no bodies), once its response is complete.
+/// Every request at the `Metadata` level (no bodies), once its response is complete, and a
+/// long-running one (a watch) also when its response starts.
 const POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
-omitStages: [RequestReceived, ResponseStarted, Panic]
+omitStages: [RequestReceived, Panic]
 rules:
 - level: Metadata
 ";
@@ -24,9 +25,12 @@ pub(crate) struct Audit {
     pub(crate) log_file: PathBuf,
 }
 
-/// One completed request as the API server recorded it.
+/// One request as the API server recorded it: when its response was complete, and for a
+/// long-running request (a watch) also when its response started.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AuditEvent {
+    /// `ResponseComplete`, or `ResponseStarted` for a long-running request under way.
+    pub stage: String,
     /// `get`, `list`, `watch`, `create`, `patch`, ...
     pub verb: String,
     /// The path and query.
@@ -35,7 +39,7 @@ pub struct AuditEvent {
     pub user: String,
     /// The `User-Agent` header; empty when there was none.
     pub user_agent: String,
-    /// The response's status code.
+    /// The response's status code (a started watch has none yet).
     pub code: Option<u16>,
 }
 
@@ -68,6 +72,7 @@ impl Audit {
                     .map_err(|e| unreadable(format!("{e}: {}", snippet(line))))?;
                 let text = |value: &Value| value.as_str().unwrap_or_default().to_owned();
                 Ok(AuditEvent {
+                    stage: text(&event["stage"]),
                     verb: text(&event["verb"]),
                     request_uri: text(&event["requestURI"]),
                     user: text(&event["user"]["username"]),

@@ -283,8 +283,9 @@ impl Envtest {
         Ok(name)
     }
 
-    /// Every request the API server has completed so far, from its audit log (at the
-    /// `Metadata` level: who, what, from which client; no bodies), oldest first.
+    /// Every request the API server has answered so far, from its audit log (at the
+    /// `Metadata` level: who, what, from which client; no bodies), oldest first; a watch
+    /// appears when it starts and again when it ends.
     pub fn audit_events(&self) -> Result<Vec<AuditEvent>, EnvtestError> {
         self.audit.events()
     }

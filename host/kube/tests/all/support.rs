@@ -40,10 +40,6 @@ pub(crate) fn configmaps() -> Resource {
     Resource::new("", "v1", "ConfigMap", "configmaps", true)
 }
 
-pub(crate) fn nodes() -> Resource {
-    Resource::new("", "v1", "Node", "nodes", false)
-}
-
 pub(crate) fn cm(ns: &str, name: &str, team: &str, data: &str) -> String {
     serde_json::json!({"metadata": {"name": name, "namespace": ns, "labels": {"team": team}}, "data": {"k": data}})
         .to_string()

@@ -3,6 +3,8 @@
 //! and compacts. CI runs it on etcd 3.5.16 and on Debian's etcd 3.4, which lacks
 //! `RequestWatchProgress`.
 
+mod both;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

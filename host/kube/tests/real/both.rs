@@ -1,0 +1,355 @@
+//! Scenarios of the kube source written once and run on the fake API server and on the real
+//! one (`on_both_servers!`): where the two answer differently, the real one is right.
+
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use http::{Method, Request, header};
+use http_body_util::BodyExt as _;
+use kube::client::Body;
+use kubeplug_envtest::Envtest;
+use kubeplug_fake_apiserver::{FakeApiServer, FakeOptions};
+use kubeplug_informer::resource::Resource;
+use kubeplug_informer::source::{ListRequest, ListerWatcher, WatchEvent, WatchRequest};
+use kubeplug_kube::config::{ConfigSource, KubeClient};
+use kubeplug_kube::lister::{KubeListerWatcher, KubeSourceOptions};
+
+use crate::configmaps;
+
+/// Which API server a scenario runs on.
+#[derive(Debug, Clone, Copy)]
+enum Server {
+    Fake,
+    Real,
+}
+
+/// Runs each scenario's body on each server, as the tests `fake_apiserver` and
+/// `kube_apiserver` of a module named after the scenario.
+macro_rules! on_both_servers {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn fake_apiserver() {
+                super::$scenario(super::Server::Fake).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn kube_apiserver() {
+                super::$scenario(super::Server::Real).await;
+            }
+        }
+    )*};
+}
+
+on_both_servers!(
+    lists_a_namespaced_type_in_pages_and_honours_selectors,
+    lists_and_watches_a_cluster_scoped_type,
+);
+
+enum Backend {
+    Fake {
+        server: FakeApiServer,
+        /// Holds the kubeconfig the client was made from.
+        _dir: tempfile::TempDir,
+    },
+    Real(&'static Envtest),
+}
+
+/// A server, the host's client for it, and the test's own writes and request log.
+struct Cluster {
+    client: KubeClient,
+    backend: Backend,
+    /// Suffixes of the fake server's namespaces, which need no creation there.
+    namespaces: std::sync::atomic::AtomicU64,
+}
+
+impl Cluster {
+    /// `None` when the real server's assets are missing (the harness said so on stderr).
+    async fn start(server: Server) -> Option<Self> {
+        let (backend, kubeconfig) = match server {
+            Server::Fake => {
+                let fake = FakeApiServer::start(FakeOptions::default()).await.unwrap();
+                let dir = tempfile::tempdir().unwrap();
+                let kubeconfig = fake.write_kubeconfig(dir.path()).unwrap();
+                (
+                    Backend::Fake {
+                        server: fake,
+                        _dir: dir,
+                    },
+                    kubeconfig,
+                )
+            }
+            Server::Real => {
+                let env = Envtest::shared()?;
+                (Backend::Real(env), env.kubeconfig().to_owned())
+            }
+        };
+        let source = ConfigSource::Kubeconfig {
+            path: kubeconfig,
+            context: None,
+        };
+        Some(Self {
+            client: KubeClient::from_source(&source).await.unwrap(),
+            backend,
+            namespaces: Default::default(),
+        })
+    }
+
+    /// A namespace of its own for a scenario.
+    fn namespace(&self, prefix: &str) -> String {
+        match &self.backend {
+            Backend::Fake { .. } => {
+                let n = self
+                    .namespaces
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                format!("{prefix}-{n}")
+            }
+            Backend::Real(env) => env.namespace(prefix).unwrap(),
+        }
+    }
+
+    fn lister(
+        &self,
+        resource: Resource,
+        namespace: Option<&str>,
+        label_selector: Option<String>,
+        field_selector: Option<String>,
+    ) -> KubeListerWatcher {
+        KubeListerWatcher::new(
+            self.client.clone(),
+            resource,
+            namespace.map(str::to_owned),
+            label_selector,
+            field_selector,
+            KubeSourceOptions::default(),
+        )
+    }
+
+    /// Creates `object` (JSON) of `resource`, in its `metadata.namespace` if it has one.
+    async fn create(&self, resource: &Resource, object: serde_json::Value) {
+        let namespace = object["metadata"]["namespace"].as_str();
+        let path = collection(resource, namespace);
+        self.send(Method::POST, &path, Some(object.to_string()))
+            .await;
+    }
+
+    /// Deletes `name` of `resource` in `namespace`.
+    async fn delete(&self, resource: &Resource, namespace: Option<&str>, name: &str) {
+        let path = format!("{}/{name}", collection(resource, namespace));
+        self.send(Method::DELETE, &path, None).await;
+    }
+
+    /// An admin request that must succeed.
+    async fn send(&self, method: Method, path: &str, body: Option<String>) {
+        let request = Request::builder()
+            .method(method.clone())
+            .uri(path)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.unwrap_or_default().into_bytes()))
+            .unwrap();
+        let response = self.client.client().send(request).await.unwrap();
+        let code = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert!(code.is_success(), "{method} {path}: {code} {body:?}");
+    }
+
+    /// The paths and queries of the requests the server has answered so far.
+    fn request_uris(&self) -> Vec<String> {
+        match &self.backend {
+            Backend::Fake { server, .. } => server.requests().into_iter().map(|r| r.uri).collect(),
+            Backend::Real(env) => env
+                .audit_events()
+                .unwrap()
+                .into_iter()
+                .map(|e| e.request_uri)
+                .collect(),
+        }
+    }
+}
+
+/// The path of `resource`'s collection, in `namespace` when given.
+fn collection(resource: &Resource, namespace: Option<&str>) -> String {
+    let root = if resource.group.is_empty() {
+        format!("/api/{}", resource.version)
+    } else {
+        format!("/apis/{}/{}", resource.group, resource.version)
+    };
+    match namespace {
+        Some(namespace) => format!("{root}/namespaces/{namespace}/{}", resource.plural),
+        None => format!("{root}/{}", resource.plural),
+    }
+}
+
+fn config_map(namespace: &str, name: &str, team: &str) -> serde_json::Value {
+    serde_json::json!({"metadata": {"name": name, "namespace": namespace,
+                                    "labels": {"team": team}}, "data": {"k": "x"}})
+}
+
+fn nodes() -> Resource {
+    Resource::new("", "v1", "Node", "nodes", false)
+}
+
+/// Seven ConfigMaps in one namespace, listed in pages of three at one resourceVersion; a
+/// label selector and a field selector; a watch of the labelled lister sees only matching
+/// objects, with bookmarks asked for and a `timeoutSeconds` in [150, 290).
+async fn lists_a_namespaced_type_in_pages_and_honours_selectors(server: Server) {
+    let Some(cluster) = Cluster::start(server).await else {
+        return;
+    };
+    let (a, b) = (cluster.namespace("pages-a"), cluster.namespace("pages-b"));
+    // Label values of this scenario's own: on the real server other tests' objects are
+    // listed too.
+    let (even, odd) = (format!("{a}-even"), format!("{a}-odd"));
+    for i in 1..=7 {
+        let team = if i % 2 == 0 { &even } else { &odd };
+        cluster
+            .create(&configmaps(), config_map(&a, &format!("cm-{i}"), team))
+            .await;
+    }
+    cluster
+        .create(&configmaps(), config_map(&b, "other", &odd))
+        .await;
+    let lw = cluster.lister(configmaps(), Some(&a), None, None);
+    let mut pages = Vec::new();
+    let mut token = None;
+    loop {
+        let page = lw
+            .list(ListRequest {
+                limit: Some(3),
+                continue_token: token.clone(),
+                resource_version: None,
+            })
+            .await
+            .unwrap();
+        token = page.continue_token.clone();
+        pages.push(page);
+        if token.is_none() {
+            break;
+        }
+    }
+    assert_eq!(pages.len(), 3);
+    assert!(
+        pages
+            .iter()
+            .all(|p| p.resource_version == pages[0].resource_version)
+    );
+    let items: usize = pages.iter().map(|p| p.items.len()).sum();
+    assert_eq!(items, 7, "only namespace {a}");
+    let list_path = format!("/api/v1/namespaces/{a}/configmaps?");
+    assert!(
+        cluster
+            .request_uris()
+            .iter()
+            .any(|uri| uri.starts_with(&list_path)
+                && uri.contains("limit=3")
+                && uri.contains("continue=")),
+        "a continued page"
+    );
+
+    let labelled = cluster.lister(configmaps(), None, Some(format!("team={even}")), None);
+    let page = labelled.list(ListRequest::default()).await.unwrap();
+    assert_eq!(page.items.len(), 3, "cm-2, cm-4, cm-6");
+    let named = cluster.lister(
+        configmaps(),
+        None,
+        Some(format!("team={odd}")),
+        Some(format!("metadata.namespace={b}")),
+    );
+    let page_b = named.list(ListRequest::default()).await.unwrap();
+    assert_eq!(page_b.items.len(), 1);
+    assert!(
+        std::str::from_utf8(&page_b.items[0])
+            .unwrap()
+            .contains("\"other\"")
+    );
+
+    // The watch of the labelled lister only sees matching objects.
+    let mut watch = labelled
+        .watch(WatchRequest {
+            resource_version: page.resource_version.clone(),
+            bookmarks: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    cluster
+        .create(&configmaps(), config_map(&a, "skip", &odd))
+        .await;
+    cluster
+        .create(&configmaps(), config_map(&a, "keep", &even))
+        .await;
+    let event = tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await
+        .unwrap();
+    match event {
+        Some(Ok(WatchEvent::Added(object))) => {
+            assert!(std::str::from_utf8(&object).unwrap().contains("\"keep\""))
+        }
+        other => panic!("expected ADDED keep, got {other:?}"),
+    }
+    let selector = format!("labelSelector=team%3D{even}");
+    let uris = cluster.request_uris();
+    let watch_uri = uris
+        .iter()
+        .rev()
+        .find(|uri| uri.contains("watch=") && uri.contains(&selector))
+        .unwrap();
+    assert!(
+        watch_uri.contains("allowWatchBookmarks=true"),
+        "{watch_uri}"
+    );
+    let timeout: u64 = watch_uri
+        .split("timeoutSeconds=")
+        .nth(1)
+        .unwrap()
+        .split('&')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((150..290).contains(&timeout), "timeoutSeconds={timeout}");
+}
+
+/// A cluster-scoped type is listed and watched without a namespace in its path, whatever
+/// namespace the lister was given.
+async fn lists_and_watches_a_cluster_scoped_type(server: Server) {
+    let Some(cluster) = Cluster::start(server).await else {
+        return;
+    };
+    if let Backend::Fake { server, .. } = &cluster.backend {
+        server.serve(nodes());
+    }
+    let name = cluster.namespace("node");
+    cluster
+        .create(&nodes(), serde_json::json!({"metadata": {"name": name}}))
+        .await;
+    let lw = cluster.lister(
+        nodes(),
+        Some("ignored"),
+        None,
+        Some(format!("metadata.name={name}")),
+    );
+    let page = lw.list(ListRequest::default()).await.unwrap();
+    assert_eq!(page.items.len(), 1);
+    assert!(
+        cluster
+            .request_uris()
+            .iter()
+            .any(|uri| uri.starts_with("/api/v1/nodes?"))
+    );
+    let mut watch = lw
+        .watch(WatchRequest {
+            resource_version: page.resource_version,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    cluster.delete(&nodes(), None, &name).await;
+    let event = tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await
+        .unwrap();
+    assert!(
+        matches!(event, Some(Ok(WatchEvent::Deleted(_)))),
+        "{event:?}"
+    );
+}
