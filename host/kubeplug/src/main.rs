@@ -12,6 +12,7 @@ mod rbac;
 mod record;
 mod replay;
 mod run;
+mod signals;
 mod writer;
 
 use std::process::ExitCode;
@@ -57,6 +58,9 @@ fn main() -> ExitCode {
         cli::Command::Test(args) => runtime.block_on(replay::test(args)),
         cli::Command::Record(args) => runtime.block_on(record::record(args)),
     };
+    // A compile still running on a blocking thread (a host stopped while loading a large
+    // plugin) is not waited for: it serves nothing any more.
+    runtime.shutdown_background();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

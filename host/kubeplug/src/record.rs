@@ -23,7 +23,8 @@ use tracing::info;
 
 use crate::cli::RecordArgs;
 use crate::replay::{Change, Format};
-use crate::run::{Backend, open_kube, open_local, shutdown_signal};
+use crate::run::{Backend, open_kube, open_local};
+use crate::signals::stop_on_signals;
 
 /// Notifications taken from a listener at once.
 const BATCH: usize = 256;
@@ -33,6 +34,7 @@ type Batches = futures::stream::SelectAll<Pin<Box<dyn Stream<Item = Notification
 
 /// Records until a stop condition; the file holds every event written before it.
 pub(crate) async fn record(args: RecordArgs) -> anyhow::Result<()> {
+    let signalled = stop_on_signals();
     let types = args
         .resources
         .iter()
@@ -88,7 +90,7 @@ pub(crate) async fn record(args: RecordArgs) -> anyhow::Result<()> {
     // One future for the whole recording, so that no signal is missed between steps.
     let stop = async {
         tokio::select! {
-            () = shutdown_signal() => "signal",
+            () = signalled.cancelled() => "signal",
             () = sleep_until(deadline) => "--duration ran out",
         }
     };

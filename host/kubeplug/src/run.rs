@@ -31,13 +31,16 @@ use crate::http::{HttpState, Readiness, serve};
 use crate::kube_writer::{KubeWriter, reporting_instance};
 use crate::metrics::{InformerCollector, PluginCollector, ScanCollector};
 use crate::plugins::{DirConfig, Hints, PluginDir, PluginHost, Resolve, Resolver, watch};
+use crate::signals::stop_on_signals;
 use crate::writer::LocalWriter;
 
 /// Default address of the HTTP server.
 const DEFAULT_HTTP: &str = "127.0.0.1:8080";
 
-/// Runs until SIGTERM or Ctrl-C.
+/// Runs until SIGTERM or Ctrl-C, which stop it gracefully in any phase (a second one at
+/// once, see [`stop_on_signals`]).
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let stop = stop_on_signals();
     let config = Config::load(args.config.as_deref())?;
     if !args.plugins.is_dir() {
         bail!(
@@ -137,8 +140,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Backend::Kube { client, discovery } = &cluster.backend {
         tokio::select! {
             () = connect(client, discovery, &readiness) => {}
-            () = shutdown_signal() => {
-                info!("shutting down before the cluster was reached");
+            () = stop.cancelled() => {
+                info!("stopped before the cluster was reached");
                 cancel.cancel();
                 return Ok(());
             }
@@ -150,52 +153,59 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         host.follow().await;
     }
     // Plugins present at start load before the host says it is ready, once every file
-    // still being written has settled.
-    let mut reason = ScanReason::Start;
-    loop {
-        let scan = dir
-            .scan(reason, Hints::default(), tokio::time::Instant::now())
-            .with_context(|| {
-                format!(
-                    "cannot list the plugins directory {}",
-                    args.plugins.display()
-                )
-            })?;
-        let retry = host.apply(scan.changes).await;
-        dir.retry(&retry, tokio::time::Instant::now());
-        match scan.recheck_at {
-            Some(settled) => tokio::time::sleep_until(settled).await,
-            None => break,
-        }
-        reason = ScanReason::Retry;
-    }
-    let reloading = host.clone();
+    // still being written has settled; then their informers sync. A stop signal ends either
+    // wait, and the host stops with what it has.
     let watch_cancel = cancel.child_token();
-    let watching_plugins = tokio::spawn(watch(dir, watch_cancel.clone(), move |changes| {
-        let host = reloading.clone();
-        async move { host.apply(changes).await }
-    }));
-    readiness.set("plugins", true);
-    factory.wait_for_cache_sync().await;
-    readiness.set("informers", true);
-    info!("ready");
-    // Elected only with warm caches, so that a new leader delivers at once.
-    let election = match (&cluster.backend, election) {
-        (Backend::Kube { client, .. }, Some(election)) => {
-            Some(elect(client, election, host.clone(), leader_status))
+    let mut watching_plugins = None;
+    let mut election_started = None;
+    let loaded = tokio::select! {
+        biased;
+        () = stop.cancelled() => false,
+        loaded = load_present(&mut dir, &host) => {
+            loaded?;
+            true
         }
-        _ => None,
     };
+    if loaded {
+        let reloading = host.clone();
+        watching_plugins = Some(tokio::spawn(watch(
+            dir,
+            watch_cancel.clone(),
+            move |changes| {
+                let host = reloading.clone();
+                async move { host.apply(changes).await }
+            },
+        )));
+        readiness.set("plugins", true);
+        let synced = tokio::select! {
+            biased;
+            () = stop.cancelled() => false,
+            () = factory.wait_for_cache_sync() => true,
+        };
+        if synced {
+            readiness.set("informers", true);
+            info!("ready");
+            // Elected only with warm caches, so that a new leader delivers at once.
+            election_started = match (&cluster.backend, election) {
+                (Backend::Kube { client, .. }, Some(election)) => {
+                    Some(elect(client, election, host.clone(), leader_status))
+                }
+                _ => None,
+            };
+            stop.cancelled().await;
+        }
+    }
 
-    shutdown_signal().await;
     info!("shutting down");
     watch_cancel.cancel();
-    let _ = watching_plugins.await;
+    if let Some(watching) = watching_plugins {
+        let _ = watching.await;
+    }
     // No new notifications; what is queued is worked off while this replica still leads.
     factory.shutdown().await;
     host.drain(tokio::time::Instant::now() + args.shutdown_timeout)
         .await;
-    if let Some(election) = election {
+    if let Some(election) = election_started {
         election.resign().await;
     }
     cancel.cancel();
@@ -444,21 +454,23 @@ pub(crate) fn artifact_cache_dir() -> Option<std::path::PathBuf> {
     base.map(|base| base.join("kubeplug").join("artifacts"))
 }
 
-pub(crate) async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                warn!(%error, "cannot listen for SIGTERM; stop with Ctrl-C");
-                std::future::pending::<()>().await;
-            }
+/// Loads the plugins present in `dir` at start, waiting for files still being written to
+/// settle.
+async fn load_present(dir: &mut PluginDir, host: &PluginHost) -> anyhow::Result<()> {
+    let mut reason = ScanReason::Start;
+    loop {
+        let scan = dir
+            .scan(reason, Hints::default(), tokio::time::Instant::now())
+            .with_context(|| {
+                format!("cannot list the plugins directory {}", dir.path().display())
+            })?;
+        let retry = host.apply(scan.changes).await;
+        dir.retry(&retry, tokio::time::Instant::now());
+        match scan.recheck_at {
+            Some(settled) => tokio::time::sleep_until(settled).await,
+            None => return Ok(()),
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
+        reason = ScanReason::Retry;
     }
 }
 

@@ -55,6 +55,7 @@ pub(crate) struct Credentials {
     admin_token_file: PathBuf,
     unprivileged_token_file: PathBuf,
     admin_token: String,
+    unprivileged_token: String,
 }
 
 impl Credentials {
@@ -114,6 +115,7 @@ impl Credentials {
             admin_token_file: write(dir, "admin.token", &admin_token)?,
             unprivileged_token_file: write(dir, "user.token", &unprivileged_token)?,
             admin_token,
+            unprivileged_token,
         };
         Ok(credentials)
     }
@@ -126,9 +128,17 @@ impl Credentials {
         }
     }
 
-    /// The admin's bearer token, for the harness's own requests and the kubeconfig.
+    /// The admin's bearer token, for the harness's own requests.
     pub(crate) fn admin_token(&self) -> &str {
         &self.admin_token
+    }
+
+    /// `user`'s bearer token, for its kubeconfig.
+    pub(crate) fn token(&self, user: User) -> &str {
+        match user {
+            User::Admin => &self.admin_token,
+            User::Unprivileged => &self.unprivileged_token,
+        }
     }
 }
 

@@ -129,6 +129,7 @@ pub struct Envtest {
     credentials: Credentials,
     audit: Audit,
     kubeconfig: PathBuf,
+    unprivileged_kubeconfig: PathBuf,
     /// The next suffix [`namespace`](Self::namespace) gives out.
     namespaces: AtomicU64,
     dir: tempfile::TempDir,
@@ -215,7 +216,12 @@ impl Envtest {
         let kubeconfig = certs::write(
             dir.path(),
             "kubeconfig",
-            &kubeconfig_yaml(apiserver.port(), &credentials),
+            &kubeconfig_yaml(apiserver.port(), &credentials, User::Admin),
+        )?;
+        let unprivileged_kubeconfig = certs::write(
+            dir.path(),
+            "kubeconfig-unprivileged",
+            &kubeconfig_yaml(apiserver.port(), &credentials, User::Unprivileged),
         )?;
         Ok(Envtest {
             apiserver,
@@ -223,6 +229,7 @@ impl Envtest {
             credentials,
             audit,
             kubeconfig,
+            unprivileged_kubeconfig,
             namespaces: AtomicU64::new(0),
             dir,
         })
@@ -325,6 +332,14 @@ impl Envtest {
         &self.kubeconfig
     }
 
+    /// A kubeconfig file like [`kubeconfig`](Self::kubeconfig)'s, for `user`.
+    pub fn kubeconfig_of(&self, user: User) -> &Path {
+        match user {
+            User::Admin => &self.kubeconfig,
+            User::Unprivileged => &self.unprivileged_kubeconfig,
+        }
+    }
+
     /// The directory holding the certificates, tokens, kubeconfig, `etcd.log`,
     /// `kube-apiserver.log` and etcd's data; removed when the control plane stops.
     pub fn work_dir(&self) -> &Path {
@@ -390,12 +405,12 @@ fn on_free_ports<const N: usize, T>(
     }
 }
 
-/// The admin's kubeconfig. Paths and the token are written as JSON strings, which YAML reads.
-fn kubeconfig_yaml(port: u16, credentials: &Credentials) -> String {
+/// `user`'s kubeconfig. Paths and the token are written as JSON strings, which YAML reads.
+fn kubeconfig_yaml(port: u16, credentials: &Credentials, user: User) -> String {
     let quote = |text: &str| serde_json::Value::from(text).to_string();
     let ca = quote(&credentials.ca_file.display().to_string());
-    let token = quote(credentials.admin_token());
-    let user = User::Admin.name();
+    let token = quote(credentials.token(user));
+    let user = user.name();
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: envtest\n  cluster:\n    \
          server: https://127.0.0.1:{port}\n    certificate-authority: {ca}\ncontexts:\n\

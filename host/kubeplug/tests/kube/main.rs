@@ -18,6 +18,7 @@ use support::{Host, built_plugin, kubeplug, wait_until};
 on_both_servers!(
     label_audit_records_an_event_on_the_api_server,
     two_replicas_elect_one_leader_and_the_other_takes_over,
+    a_stop_signal_is_honoured_while_plugins_load,
 );
 
 /// What only these tests ask of a running host.
@@ -217,6 +218,9 @@ async fn readyz_names_an_unreachable_server() {
         .filter(|line| line.contains("kube_client"))
         .collect();
     assert!(kube_client.is_empty(), "{kube_client:?}");
+    // Still connecting, it stops on the first SIGTERM.
+    let mut host = host;
+    assert!(host.terminate().success());
 }
 
 #[test]
@@ -518,4 +522,100 @@ fn failed_loads(host: &Host) -> u64 {
                 .ok()
         })
         .unwrap_or(0)
+}
+
+/// A host whose plugin is still loading (its `describe` runs until a ten-minute deadline)
+/// stops on the first SIGTERM. Regression (issue 18): signals were ignored until the host
+/// was ready.
+async fn a_stop_signal_is_honoured_while_plugins_load(server: Server) {
+    let Some(cluster) = Cluster::start(server, "stop-loading").await else {
+        return;
+    };
+    let plugins = cluster.dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::copy(
+        built_plugin("recorder-describe-slow"),
+        plugins.join("recorder-describe-slow.wasm"),
+    )
+    .unwrap();
+    let config = cluster.dir.path().join("kubeplug.toml");
+    std::fs::write(&config, "[defaults]\ncall_deadline_ms = 600000\n").unwrap();
+    let mut host = Host::start(&[
+        Path::new("--kubeconfig"),
+        &cluster.kubeconfig,
+        Path::new("--plugins"),
+        &plugins,
+        Path::new("--config"),
+        &config,
+    ]);
+    host.wait_for("/plugins", |_, body| body.contains("\"loading\""));
+    assert!(host.terminate().success());
+}
+
+/// On the real server, as a user RBAC lets discover but not list: the plugin loads and its
+/// informer never syncs (403), and the first SIGTERM stops the host while it waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_signal_is_honoured_while_informers_sync() {
+    let Some(cluster) = Cluster::start(Server::Real, "stop-syncing").await else {
+        return;
+    };
+    let env = cluster.envtest().expect("a real server");
+    let LabelAuditSetup { plugins, config } = LabelAuditSetup::new(cluster.dir.path());
+    let mut host = Host::start(&[
+        Path::new("--kubeconfig"),
+        env.kubeconfig_of(User::Unprivileged),
+        Path::new("--plugins"),
+        &plugins,
+        Path::new("--config"),
+        &config,
+    ]);
+    host.wait_for("/readyz?verbose", |_, body| {
+        body.contains("[+]plugins ok") && body.contains("[-]informers")
+    });
+    assert!(host.terminate().success());
+}
+
+/// A second SIGTERM ends a draining host at once, with status 1: here the drain waits for a
+/// call that runs until a ten-minute deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_stop_signal_ends_a_draining_host_at_once() {
+    let Some(cluster) = Cluster::start(Server::Fake, "stop-draining").await else {
+        return;
+    };
+    let pods = kubeplug_informer::resource::Resource::new("", "v1", "Pod", "pods", true);
+    cluster
+        .fake()
+        .expect("a fake server")
+        .memory()
+        .create(&pods, r#"{"metadata":{"name":"p","namespace":"team-a"}}"#)
+        .unwrap();
+    let plugins = cluster.dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::copy(
+        built_plugin("hostile-loop"),
+        plugins.join("hostile-loop.wasm"),
+    )
+    .unwrap();
+    let config = cluster.dir.path().join("kubeplug.toml");
+    std::fs::write(&config, "[defaults]\ncall_deadline_ms = 600000\n").unwrap();
+    let mut host = Host::start(&[
+        Path::new("--kubeconfig"),
+        &cluster.kubeconfig,
+        Path::new("--plugins"),
+        &plugins,
+        Path::new("--config"),
+        &config,
+        Path::new("--shutdown-timeout=10m"),
+    ]);
+    host.wait_for("/readyz", |status, _| status == 200);
+    host.signal("TERM");
+    wait_until("the host drains", || {
+        host.stderr_lines()
+            .iter()
+            .any(|line| line.contains("shutting down"))
+            .then_some(())
+    });
+    assert!(host.child.try_wait().unwrap().is_none(), "still draining");
+    let status = host.terminate();
+    assert_eq!(status.code(), Some(1), "{status:?}");
 }
