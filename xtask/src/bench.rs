@@ -158,6 +158,18 @@ pub const SCENARIOS: &[Scenario] = &[
         quick: &[("KUBEPLUG_BENCH_OBJECTS", "1000")],
         features: &[],
     },
+    // Against a real kube-apiserver: KUBEBUILDER_ASSETS must be exported (the envtest
+    // layout, e.g. ../shared/envtest/v1.32); without it the bench prints the envtest skip
+    // line and reports no figures, and with CI set it fails.
+    Scenario {
+        name: "envtest-sync",
+        package: "kubeplug-kube",
+        bench: "envtest_sync",
+        kind: Kind::Bench,
+        one_core: false,
+        quick: &[("KUBEPLUG_BENCH_OBJECTS", "1000")],
+        features: &[],
+    },
     Scenario {
         name: "workqueue",
         package: "kubeplug-workqueue",
@@ -273,6 +285,22 @@ pub const TARGETS: &[(&str, Bound)] = &[
     (
         "kube_sync.100000.streaming_list.cache_bytes_per_object",
         Bound::RatioAtMost(1.3),
+    ),
+    // Issue 18, initial sync against a real kube-apiserver: kubeplug's streaming list in
+    // ≤ 0.8× the time of kube-rs's streaming watcher. The ratio is of throughputs (kube-rs's
+    // time over kubeplug's), so the target reads ≥ 1 / 0.8 = 1.25.
+    (
+        "envtest_sync.kubeplug_streaming_list.objects_per_second",
+        Bound::RatioAtLeast(1.25),
+    ),
+    // Issue 18: RSS once synced ≤ 0.6× kube-rs's reflector of `DynamicObject`s, both modes.
+    (
+        "envtest_sync.kubeplug_list_then_watch.rss_synced",
+        Bound::RatioAtMost(0.6),
+    ),
+    (
+        "envtest_sync.kubeplug_streaming_list.rss_synced",
+        Bound::RatioAtMost(0.6),
     ),
 ];
 
