@@ -316,9 +316,6 @@ async fn lists_and_watches_a_cluster_scoped_type(server: Server) {
     let Some(cluster) = Cluster::start(server).await else {
         return;
     };
-    if let Backend::Fake { server, .. } = &cluster.backend {
-        server.serve(nodes());
-    }
     let name = cluster.namespace("node");
     cluster
         .create(&nodes(), serde_json::json!({"metadata": {"name": name}}))

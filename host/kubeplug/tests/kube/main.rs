@@ -19,6 +19,7 @@ on_both_servers!(
     label_audit_records_an_event_on_the_api_server,
     two_replicas_elect_one_leader_and_the_other_takes_over,
     a_stop_signal_is_honoured_while_plugins_load,
+    configmap_reload_rolls_a_deployment_when_its_config_map_changes,
 );
 
 /// What only these tests ask of a running host.
@@ -618,4 +619,76 @@ async fn a_second_stop_signal_ends_a_draining_host_at_once() {
     assert!(host.child.try_wait().unwrap().is_none(), "still draining");
     let status = host.terminate();
     assert_eq!(status.code(), Some(1), "{status:?}");
+}
+
+/// A reconcile-mode plugin end to end: configmap-reload patches the pod template of the
+/// Deployment that mounts a ConfigMap, again when the ConfigMap changes, and `/plugins`
+/// counts what it was delivered (issue 18: reconcile plugins reported 0).
+async fn configmap_reload_rolls_a_deployment_when_its_config_map_changes(server: Server) {
+    let Some(cluster) = Cluster::start(server, "configmap-reload").await else {
+        return;
+    };
+    let config_maps = format!("/api/v1/namespaces/{}/configmaps", cluster.namespace);
+    let config_map = |value: &str| {
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "web-config"}, "data": {"mode": value}})
+    };
+    cluster.create(&config_maps, &config_map("a")).await;
+    let mut web = cluster::deployment("web");
+    web["spec"]["template"]["spec"]["volumes"] =
+        serde_json::json!([{"name": "config", "configMap": {"name": "web-config"}}]);
+    let deployments = format!("/apis/apps/v1/namespaces/{}/deployments", cluster.namespace);
+    cluster.create(&deployments, &web).await;
+
+    let plugins = cluster.dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::copy(
+        built_plugin("configmap-reload"),
+        plugins.join("configmap-reload.wasm"),
+    )
+    .unwrap();
+    let config = cluster.dir.path().join("kubeplug.toml");
+    std::fs::write(
+        &config,
+        "[plugins.configmap-reload]\nsettings = { secrets = false }\n\
+         [plugins.configmap-reload.grants]\nwrite = { \"apps/v1/Deployment\" = [\"patch\"] }\n",
+    )
+    .unwrap();
+    let host = Host::start(&[
+        Path::new("--kubeconfig"),
+        &cluster.kubeconfig,
+        Path::new("--plugins"),
+        &plugins,
+        Path::new("--config"),
+        &config,
+    ]);
+    let hash = || async {
+        let web = cluster
+            .request(http::Method::GET, &format!("{deployments}/web"), None)
+            .await
+            .ok()?;
+        web["spec"]["template"]["metadata"]["annotations"]["kubeplug.dev/config-hash"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let first = eventually("web gets its config hash", hash).await;
+    cluster
+        .request(
+            http::Method::PUT,
+            &format!("{config_maps}/web-config"),
+            Some(&config_map("b")),
+        )
+        .await
+        .unwrap();
+    eventually("web's hash follows the change", || async {
+        hash().await.filter(|now| *now != first)
+    })
+    .await;
+    let (_, body) = host.get("/plugins");
+    let report: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(report[0]["state"], "running", "{report}");
+    assert!(
+        report[0]["events_delivered"].as_u64().unwrap() >= 2,
+        "{report}"
+    );
 }
