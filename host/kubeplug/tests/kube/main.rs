@@ -421,6 +421,15 @@ async fn a_leader_cut_off_from_the_api_server_is_replaced() {
     assert!(!a.leads());
     assert!(b.leads());
     assert_eq!(cluster.lease_holder("kubeplug").await.as_deref(), Some("b"));
+    // Its failed requests were logged by kubeplug, with their back-off; the kube client's
+    // own copy of each (issue 18's log noise) was not.
+    let lines = a.stderr_lines();
+    assert!(
+        lines.iter().any(|line| line.contains("retry_in")),
+        "no failed attempt logged with its back-off"
+    );
+    let kube_client: Vec<&String> = lines.iter().filter(|l| l.contains("kube_client")).collect();
+    assert!(kube_client.is_empty(), "{kube_client:?}");
 }
 
 /// On the real server only: a plugin subscribing to a custom resource whose CRD does not
