@@ -117,6 +117,8 @@ pub struct Runtime {
     pub(crate) engine: Engine,
     pub(crate) linker: Arc<Linker<StoreState>>,
     pub(crate) config: RuntimeConfig,
+    /// The artefact cache in use: the configured one, unless it was not private.
+    artefacts: Option<PathBuf>,
     engine_hash: String,
     _ticker: Arc<Ticker>,
     pub(crate) live: Arc<LiveCounts>,
@@ -219,12 +221,15 @@ impl Runtime {
             |state| state,
         )
         .map_err(|e| EngineError::LinkFailed(format!("kubeplug:plugin: {e:#}")))?;
-        if let Some(dir) = &config.artifact_cache {
-            create_private_dir(dir).map_err(|source| EngineError::CacheDirFailed {
-                path: dir.clone(),
-                source,
-            })?;
-        }
+        let artefacts = match &config.artifact_cache {
+            Some(dir) => private_cache_dir(dir)
+                .map_err(|source| EngineError::CacheDirFailed {
+                    path: dir.clone(),
+                    source,
+                })?
+                .then(|| dir.clone()),
+            None => None,
+        };
         let mut hasher = std::hash::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         let engine_hash = format!("{:016x}", hasher.finish());
@@ -247,6 +252,7 @@ impl Runtime {
             engine,
             linker: Arc::new(linker),
             config,
+            artefacts,
             engine_hash,
             _ticker: Arc::new(Ticker { stop }),
             live: Arc::default(),
@@ -270,7 +276,7 @@ impl Runtime {
     /// engine. Blocking and CPU-heavy: call it off the async threads.
     pub fn compile(&self, bytes: &[u8]) -> Result<(Component, CompileSource), String> {
         check_component_header(bytes)?;
-        let Some(dir) = &self.config.artifact_cache else {
+        let Some(dir) = &self.artefacts else {
             return Component::new(&self.engine, bytes)
                 .map(|c| (c, CompileSource::Compiled))
                 .map_err(|e| format!("{e:#}"));
@@ -334,20 +340,59 @@ fn check_component_header(bytes: &[u8]) -> Result<(), String> {
     }
 }
 
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+/// Whether `dir` may hold compiled code this host loads: whoever can write there runs code
+/// in the host. Its parent is made if missing (it may be shared, such as a 0777 emptyDir);
+/// the directory itself is created with mode 0700, or, if it exists, must be a directory
+/// (not a symlink) of this user's that neither group nor others may write. Otherwise one
+/// error line says why, and nothing is cached.
+fn private_cache_dir(dir: &Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent)?;
     }
-    Ok(())
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => return Ok(true),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(error) => return Err(error),
+    }
+    let found = std::fs::symlink_metadata(dir)?;
+    // The owner of a file this process creates: its effective user.
+    let user = tempfile::tempfile()?.metadata()?.uid();
+    let refusal = if !found.is_dir() {
+        Some("it is not a directory (or is a symlink)".to_owned())
+    } else if found.uid() != user {
+        Some(format!("it belongs to user {}, not to {user}", found.uid()))
+    } else if found.mode() & 0o022 != 0 {
+        Some(format!(
+            "its mode {:o} lets others than its owner write there",
+            found.mode() & 0o777
+        ))
+    } else {
+        None
+    };
+    match refusal {
+        None => Ok(true),
+        Some(why) => {
+            tracing::error!(
+                dir = %dir.display(),
+                "not using the compiled-plugin cache: {why}; whoever writes there runs code in \
+                 the host. Plugins are compiled at every load until it is fixed"
+            );
+            Ok(false)
+        }
+    }
 }
 
+/// Writes `bytes` to `file` whole or not at all: through a temporary file of a unique name
+/// beside it (two loads of the same plugin at once must not share one), renamed into place.
 fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, file)
+    use std::io::Write as _;
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let mut temporary = tempfile::Builder::new()
+        .prefix(".partial-")
+        .tempfile_in(dir)?;
+    temporary.write_all(bytes)?;
+    temporary.persist(file).map(drop).map_err(|e| e.error)
 }
 
 #[cfg(test)]
