@@ -15,6 +15,8 @@
 //! # Sections are named like the plugin's file: `label-audit.wasm` reads this one.
 //! [plugins.label-audit]
 //! settings = { required_labels = ["app.kubernetes.io/name", "team"] }
+//! # Optional: only this content loads as label-audit.
+//! sha256 = "0b8d5e4c7a1f3e2d6c9b8a7f6e5d4c3b2a19f8e7d6c5b4a3928170f6e5d4c3b2"
 //!
 //! [plugins.label-audit.grants]
 //! # Types as `apiVersion/Kind`; writes per type, as verbs.
@@ -108,6 +110,11 @@ pub struct PluginConfig {
     /// What the plugin may read beyond its subscriptions, and write.
     #[serde(default)]
     pub grants: Grants,
+    /// The SHA-256 of the only content that may load under this name (64 lowercase hex
+    /// digits), as Kubewarden pins policies by digest; any other file of this name is
+    /// refused.
+    #[serde(default)]
+    pub sha256: Option<String>,
 }
 
 /// Grants, with resource types written `apiVersion/Kind` (`v1/Secret`, `apps/v1/Deployment`).
@@ -160,6 +167,20 @@ impl Config {
     pub fn parse(text: &str) -> Result<Self, String> {
         let config: Self = toml::from_str(text).map_err(|e| e.to_string())?;
         config.defaults.check()?;
+        for (name, plugin) in &config.plugins {
+            if let Some(digest) = &plugin.sha256 {
+                let hex = digest.len() == 64
+                    && digest
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+                if !hex {
+                    return Err(format!(
+                        "[plugins.{name}] sha256 = {digest:?} is not a SHA-256 digest (64 \
+                         lowercase hex digits, as `sha256sum FILE` prints)"
+                    ));
+                }
+            }
+        }
         Ok(config)
     }
 }
@@ -194,6 +215,22 @@ impl PluginDefaults {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pinned_digest_must_be_sha256_hex() {
+        let pinned = |digest: &str| Config::parse(&format!("[plugins.a]\nsha256 = {digest:?}\n"));
+        assert!(pinned(&"0f".repeat(32)).is_ok());
+        for bad in [
+            "",
+            "abc",
+            &"0F".repeat(32),
+            &"0g".repeat(32),
+            &"0f".repeat(33),
+        ] {
+            let error = pinned(bad).unwrap_err();
+            assert!(error.contains("[plugins.a] sha256"), "{bad:?}: {error}");
+        }
+    }
 
     #[test]
     fn the_documented_example_parses() {

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use kubeplug_informer::indexer::{Indexer, new_indexer};
 use kubeplug_runtime::description::IndexSource;
 use kubeplug_runtime::{
@@ -14,7 +14,7 @@ use kubeplug_runtime::{
 
 use crate::cli::CheckArgs;
 use crate::config::Config;
-use crate::plugins::plugin_settings;
+use crate::plugins::{name_mismatch, plugin_settings};
 
 /// An empty cache for every type, so that a plugin's declared indexes can be registered
 /// without a cluster.
@@ -58,18 +58,23 @@ pub(crate) async fn load_offline(
 ) -> anyhow::Result<Plugin> {
     let bytes = std::fs::read(path)
         .with_context(|| format!("cannot read the plugin {}", path.display()))?;
-    let (settings, grants, limits) = plugin_settings(config, path).map_err(anyhow::Error::msg)?;
-    Ok(runtime
+    let configured = plugin_settings(config, path).map_err(anyhow::Error::msg)?;
+    let plugin = runtime
         .load(PluginSpec {
             path: path.to_owned(),
             bytes,
-            settings,
-            grants,
-            limits,
+            settings: configured.settings,
+            grants: configured.grants,
+            limits: configured.limits,
             cache: Arc::new(EmptyCaches),
             writer: Arc::new(NoCluster),
         })
-        .await?)
+        .await?;
+    // As `run` would refuse it.
+    if let Some(cause) = name_mismatch(path, plugin.name()) {
+        bail!("{}: name: {cause}", path.display());
+    }
+    Ok(plugin)
 }
 
 fn render(description: &Description, path: &Path) -> String {

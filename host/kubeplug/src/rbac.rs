@@ -258,9 +258,9 @@ pub(crate) async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     let mut rules = Rules::new();
     for file in plugin_files(&args.plugins)? {
         let plugin = load_offline(&runtime, &file, &config).await?;
-        let (_, grants, _) =
+        let configured =
             crate::plugins::plugin_settings(&config, &file).map_err(anyhow::Error::msg)?;
-        add_rules(&plugin, &grants, &kinds, &mut rules)?;
+        add_rules(&plugin, &configured.grants, &kinds, &mut rules)?;
     }
     let yaml: Vec<String> = documents(&rules, &args)
         .iter()

@@ -329,8 +329,8 @@ fn a_running_host_serves_probes_metrics_and_plugin_status_and_follows_the_manife
     assert!(has("events_total", ("plugin", "label-reader")));
     assert!(!metrics.contains("_total_total"), "{metrics}");
 
-    // The directory is live: a file dropped in loads (here it is refused, as a second
-    // label-audit), and removing a file unloads its plugin.
+    // The directory is live: a file dropped in loads (here it is refused: label-audit in a
+    // file named otherwise), and removing a file unloads its plugin.
     let aside = plugins.path().join(".copy.tmp");
     std::fs::copy(built_plugin("label-audit"), &aside).unwrap();
     std::fs::rename(&aside, plugins.path().join("audit-copy.wasm")).unwrap();
@@ -348,7 +348,7 @@ fn a_running_host_serves_probes_metrics_and_plugin_status_and_follows_the_manife
         copy["last_error"]
             .as_str()
             .unwrap()
-            .contains("plugin label-audit is already loaded from"),
+            .contains("so its file must be named label-audit.wasm"),
         "{copy}"
     );
     // One series per plugin: the refused copy is keyed by its file.

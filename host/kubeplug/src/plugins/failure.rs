@@ -32,12 +32,20 @@ pub(crate) enum LoadFailure {
         resource: Gvk,
         namespace: String,
     },
-    /// Another file already runs a plugin of this name.
-    #[error("{path}: name: plugin {plugin} is already loaded from {other}", path = path.display(), other = other.display())]
-    NameTaken {
+    /// The plugin describes itself by another name than its file's.
+    #[error("{path}: name: {cause}", path = path.display())]
+    NameMismatch {
         path: PathBuf,
         plugin: String,
-        other: PathBuf,
+        cause: String,
+    },
+    /// The configuration pins another content for this name.
+    #[error("{path}: pin: its SHA-256 is {actual}, but [plugins.{name}] sha256 allows only {expected}", path = path.display())]
+    NotPinned {
+        path: PathBuf,
+        name: String,
+        expected: String,
+        actual: String,
     },
     /// Registering its handlers or starting its driver failed.
     #[error("{path}: start: {cause}", path = path.display())]
@@ -45,15 +53,13 @@ pub(crate) enum LoadFailure {
 }
 
 impl LoadFailure {
-    /// Whether the same file may load later, once the cluster or the other files change:
-    /// a type served later (a CustomResourceDefinition installed after the plugin), a name
-    /// freed by removing the other file, an informer that could not start.
+    /// Whether the same file may load later, once the cluster changes: a type served later
+    /// (a CustomResourceDefinition installed after the plugin), an informer that could not
+    /// start.
     pub(super) fn is_retryable(&self) -> bool {
         matches!(
             self,
-            LoadFailure::Unresolved { .. }
-                | LoadFailure::NameTaken { .. }
-                | LoadFailure::Start { .. }
+            LoadFailure::Unresolved { .. } | LoadFailure::Start { .. }
         )
     }
 
@@ -62,9 +68,10 @@ impl LoadFailure {
         match self {
             LoadFailure::Unresolved { plugin, .. }
             | LoadFailure::ClusterScoped { plugin, .. }
-            | LoadFailure::NameTaken { plugin, .. } => Some(plugin),
+            | LoadFailure::NameMismatch { plugin, .. } => Some(plugin),
             LoadFailure::Rejected { .. }
             | LoadFailure::Settings { .. }
+            | LoadFailure::NotPinned { .. }
             | LoadFailure::Load(_)
             | LoadFailure::Start { .. } => None,
         }
@@ -77,7 +84,8 @@ impl LoadFailure {
             | LoadFailure::Settings { path, .. }
             | LoadFailure::Unresolved { path, .. }
             | LoadFailure::ClusterScoped { path, .. }
-            | LoadFailure::NameTaken { path, .. }
+            | LoadFailure::NameMismatch { path, .. }
+            | LoadFailure::NotPinned { path, .. }
             | LoadFailure::Start { path, .. } => path,
             LoadFailure::Load(error) => error.path(),
         }

@@ -34,7 +34,7 @@ pub(crate) use cache::FactoryCache;
 pub(crate) use dir::{Change, ContentHash, DirConfig, FileContent, Hints, PluginDir, watch};
 pub(crate) use failure::LoadFailure;
 pub(crate) use resolver::{Resolve, Resolver};
-pub(crate) use settings::plugin_settings;
+pub(crate) use settings::{PluginSettings, name_mismatch, plugin_settings};
 pub(crate) use status::{PluginReport, ReloadCounts};
 use status::{Retired, Totals, report};
 
@@ -273,11 +273,29 @@ impl PluginHost {
     async fn prepare(&self, content: FileContent) -> Result<Prepared, LoadFailure> {
         let started = Instant::now();
         let FileContent { path, bytes, hash } = content;
-        let (settings, grants, limits) =
-            plugin_settings(&self.config, &path).map_err(|cause| LoadFailure::Settings {
-                path: path.clone(),
-                cause,
-            })?;
+        let PluginSettings {
+            settings,
+            grants,
+            limits,
+            sha256,
+        } = plugin_settings(&self.config, &path).map_err(|cause| LoadFailure::Settings {
+            path: path.clone(),
+            cause,
+        })?;
+        // Checked before a byte of it is compiled.
+        if let Some(expected) = sha256
+            && expected != hash.to_string()
+        {
+            return Err(LoadFailure::NotPinned {
+                name: path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                path,
+                expected,
+                actual: hash.to_string(),
+            });
+        }
         // Each version leases the caches it reads for itself, so that unloading it stops
         // the informers only it needed.
         let cache = Arc::new(FactoryCache::new(
@@ -297,6 +315,13 @@ impl PluginHost {
             })
             .await?;
         let description = plugin.description();
+        if let Some(cause) = name_mismatch(&path, &description.name) {
+            return Err(LoadFailure::NameMismatch {
+                path,
+                plugin: description.name.clone(),
+                cause,
+            });
+        }
         let mut keys = Vec::with_capacity(description.subscriptions.len());
         for wanted in &description.subscriptions {
             let resource = self
@@ -356,19 +381,6 @@ impl PluginHost {
         let _writing = self.writing.lock().await;
         {
             let mut table = self.table();
-            if let Some((other, _)) = table.iter().find(|(other, entry)| {
-                **other != path
-                    && entry
-                        .serving
-                        .as_ref()
-                        .is_some_and(|serving| serving.plugin.name() == name)
-            }) {
-                return Err(LoadFailure::NameTaken {
-                    path: path.clone(),
-                    plugin: name,
-                    other: other.clone(),
-                });
-            }
             let entry = table.entry(path.clone()).or_default();
             if let Some(serving) = entry.serving.as_mut()
                 && serving.keys == keys

@@ -8,12 +8,22 @@ use kubeplug_runtime::PluginLimits;
 
 use crate::config::Config;
 
-/// A plugin's settings (JSON), grants and limits from the configuration section named like
-/// its file's stem (`label-audit.wasm` → `[plugins.label-audit]`).
-pub(crate) fn plugin_settings(
-    config: &Config,
-    file: &Path,
-) -> Result<(String, kubeplug_runtime::Grants, PluginLimits), String> {
+/// What the configuration gives one plugin file.
+#[derive(Debug, Clone)]
+pub(crate) struct PluginSettings {
+    /// Its settings document (JSON); `{}` without a section.
+    pub(crate) settings: String,
+    /// What it may read and write.
+    pub(crate) grants: kubeplug_runtime::Grants,
+    /// Its sandbox.
+    pub(crate) limits: PluginLimits,
+    /// The only content that may load under this name (SHA-256, lowercase hex), if pinned.
+    pub(crate) sha256: Option<String>,
+}
+
+/// The settings, grants, limits and pin of the section named like `file`'s stem
+/// (`label-audit.wasm` → `[plugins.label-audit]`).
+pub(crate) fn plugin_settings(config: &Config, file: &Path) -> Result<PluginSettings, String> {
     let stem = file
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -35,5 +45,24 @@ pub(crate) fn plugin_settings(
         batch_size: defaults.batch_size as usize,
         ..PluginLimits::default()
     };
-    Ok((settings, grants, limits))
+    Ok(PluginSettings {
+        settings,
+        grants,
+        limits,
+        sha256: section.and_then(|s| s.sha256.clone()),
+    })
+}
+
+/// `None` when `description_name` is `file`'s stem; else why the file may not load: a file
+/// is the plugin it is named after, so that two files cannot hold one name and the grants
+/// of `[plugins.NAME]` go to the plugin called NAME.
+pub(crate) fn name_mismatch(file: &Path, description_name: &str) -> Option<String> {
+    let stem = file.file_stem().map(|s| s.to_string_lossy());
+    if stem.as_deref() == Some(description_name) {
+        return None;
+    }
+    Some(format!(
+        "the plugin describes itself as {}, so its file must be named {description_name}.wasm",
+        kubeplug_policy::names::quoted(description_name)
+    ))
 }

@@ -149,6 +149,11 @@ impl Harness {
     }
 
     async fn start_with(dir_config: DirConfig) -> Self {
+        Self::configured(dir_config, CONFIG).await
+    }
+
+    /// A harness whose host reads the configuration `config` (TOML).
+    async fn configured(dir_config: DirConfig, config: &str) -> Self {
         let cluster_dir = tempfile::tempdir().unwrap();
         let plugins = tempfile::tempdir().unwrap();
         let artifacts = tempfile::tempdir().unwrap();
@@ -164,7 +169,7 @@ impl Harness {
         let resolve: Resolver =
             Arc::new(move |gvk: &Gvk| resolving.resolve(&gvk.api_version(), &gvk.kind));
         let recorded = Arc::new(Recorded::default());
-        let config: Config = toml::from_str(CONFIG).unwrap();
+        let config = Config::parse(config).unwrap();
         let host = Arc::new(PluginHost::new(
             runtime.clone(),
             factory.clone(),
@@ -543,7 +548,7 @@ async fn a_configmap_volume_swap_reloads_exactly_the_changed_plugins() {
         std::fs::create_dir(root.join(dir)).unwrap();
         std::fs::write(root.join(dir).join("recorder.wasm"), guest_bytes(recorder)).unwrap();
         std::fs::write(
-            root.join(dir).join("reader.wasm"),
+            root.join(dir).join("label-reader.wasm"),
             guest_bytes("label-reader"),
         )
         .unwrap();
@@ -551,11 +556,11 @@ async fn a_configmap_volume_swap_reloads_exactly_the_changed_plugins() {
     version("..2026_11_29_a", "recorder");
     std::os::unix::fs::symlink("..2026_11_29_a", root.join("..data_tmp")).unwrap();
     std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
-    for file in ["recorder.wasm", "reader.wasm"] {
+    for file in ["recorder.wasm", "label-reader.wasm"] {
         std::os::unix::fs::symlink(format!("..data/{file}"), root.join(file)).unwrap();
     }
     eventually("both plugins run", LONG, || harness.loads() == (2, 0)).await;
-    let reader_loaded = harness.report("reader.wasm").unwrap().loaded_at_ms;
+    let reader_loaded = harness.report("label-reader.wasm").unwrap().loaded_at_ms;
 
     version("..2026_11_29_b", "recorder-v2");
     std::os::unix::fs::symlink("..2026_11_29_b", root.join("..data_tmp")).unwrap();
@@ -574,7 +579,7 @@ async fn a_configmap_volume_swap_reloads_exactly_the_changed_plugins() {
         "the unchanged plugin is not reloaded"
     );
     assert_eq!(
-        harness.report("reader.wasm").unwrap().loaded_at_ms,
+        harness.report("label-reader.wasm").unwrap().loaded_at_ms,
         reader_loaded
     );
 
@@ -611,11 +616,9 @@ async fn a_version_with_other_subscriptions_gets_new_registrations() {
     })
     .await;
     assert_eq!(harness.factory.keys().len(), 1);
-    harness.publish("recorder.wasm", &guest_bytes("label-reader"));
-    eventually("the reader replaced it", LONG, || {
-        harness
-            .report("recorder.wasm")
-            .is_some_and(|r| r.name.as_deref() == Some("label-reader"))
+    harness.publish("recorder.wasm", &guest_bytes("recorder-pods"));
+    eventually("the version on Pods replaced it", LONG, || {
+        harness.loads() == (2, 0)
     })
     .await;
     let keys = harness.factory.keys();
@@ -1000,5 +1003,67 @@ async fn a_plugin_for_a_type_not_served_yet_loads_once_its_crd_is_installed() {
     let (loaded, failed) = harness.loads();
     assert_eq!(loaded, 1);
     assert!(failed >= 1);
+    harness.stop().await;
+}
+
+/// Issue 19: a file is the plugin it is named after, so that two files cannot hold one
+/// name and `[plugins.NAME]` grants go where they say. A file named otherwise fails at the
+/// `name` stage, once (nothing outside the file can fix it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_named_unlike_its_plugin_is_refused() {
+    let harness = Harness::start(Duration::from_millis(100)).await;
+    harness.publish("impostor.wasm", &guest_bytes("recorder"));
+    eventually("the load fails", LONG, || harness.loads() == (0, 1)).await;
+    let report = harness.report("impostor.wasm").unwrap();
+    assert_eq!(report.state, "failed");
+    let error = report.last_error.unwrap();
+    assert!(
+        error.contains("name: the plugin describes itself as \"recorder\", so its file must be named recorder.wasm"),
+        "{error}"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(harness.loads(), (0, 1), "not retried");
+    // Its entry in `/plugins` goes with the file.
+    std::fs::remove_file(harness.file("impostor.wasm")).unwrap();
+    eventually("the failed file's entry goes", LONG, || {
+        harness.report("impostor.wasm").is_none()
+    })
+    .await;
+    harness.stop().await;
+}
+
+/// `sha256` in `[plugins.NAME]` pins the content: only that file loads under the name,
+/// and another is refused before it is compiled; the version serving stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_name_loads_only_its_content() {
+    let pinned = guest_bytes("recorder");
+    let digest = super::dir::ContentHash::of(&pinned).to_string();
+    let config = format!("{CONFIG}\n[plugins.recorder]\nsha256 = \"{digest}\"\n");
+    let harness = Harness::configured(
+        DirConfig {
+            settle: Duration::from_millis(100),
+            ..DirConfig::default()
+        },
+        &config,
+    )
+    .await;
+    harness.publish("recorder.wasm", &pinned);
+    eventually("the pinned content loads", LONG, || {
+        harness.loads() == (1, 0)
+    })
+    .await;
+    harness.publish("recorder.wasm", &guest_bytes("recorder-v2"));
+    eventually("other content is refused", LONG, || {
+        harness.loads() == (1, 1)
+    })
+    .await;
+    let report = harness.report("recorder.wasm").unwrap();
+    assert_eq!(report.state, "running", "{report:?}");
+    assert_eq!(report.version.as_deref(), Some("0.1.0"));
+    let error = report.last_error.unwrap();
+    assert!(
+        error.contains("pin: its SHA-256 is") && error.contains(&digest),
+        "{error}"
+    );
     harness.stop().await;
 }

@@ -40,7 +40,7 @@ use journal::Journal;
 
 use crate::cli::{OutputFormat, TestArgs};
 use crate::config::Config;
-use crate::plugins::{FactoryCache, Resolver, plugin_settings};
+use crate::plugins::{FactoryCache, PluginSettings, Resolver, plugin_settings};
 use crate::run::artifact_cache_dir;
 use crate::writer::LocalWriter;
 use events::InputEvent;
@@ -91,8 +91,12 @@ pub(crate) async fn test(args: TestArgs) -> anyhow::Result<()> {
 
     let bytes = std::fs::read(&args.plugin)
         .with_context(|| format!("cannot read the plugin {}", args.plugin.display()))?;
-    let (settings, configured_grants, limits) =
-        plugin_settings(&config, &args.plugin).map_err(anyhow::Error::msg)?;
+    let PluginSettings {
+        settings,
+        grants: configured_grants,
+        limits,
+        ..
+    } = plugin_settings(&config, &args.plugin).map_err(anyhow::Error::msg)?;
     let settings = match args.settings.clone() {
         Some(json) => {
             serde_json::from_str::<serde_json::Value>(&json)

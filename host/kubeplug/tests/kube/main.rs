@@ -442,16 +442,17 @@ async fn a_plugin_for_a_crd_installed_later_starts_once_it_is_served() {
     };
     let plugins = cluster.dir.path().join("plugins");
     std::fs::create_dir(&plugins).unwrap();
+    // It describes itself as `recorder`: the file is named after that.
     std::fs::copy(
         built_plugin("recorder-unknown-kind"),
-        plugins.join("recorder-unknown-kind.wasm"),
+        plugins.join("recorder.wasm"),
     )
     .unwrap();
     let config = cluster.dir.path().join("kubeplug.toml");
     std::fs::write(
         &config,
         // It records its Events as about ConfigMaps of the names it handles.
-        "[plugins.recorder-unknown-kind.grants]\nwrite = { \"v1/ConfigMap\" = [\"record-event\"] }\n",
+        "[plugins.recorder.grants]\nwrite = { \"v1/ConfigMap\" = [\"record-event\"] }\n",
     )
     .unwrap();
     let host = Host::start(&[

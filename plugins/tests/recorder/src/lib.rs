@@ -7,6 +7,8 @@
 //! different bytes, and each broken variant must fail at one precise load stage):
 //! - `recorder` (0.1.0) and `recorder-v2` (0.2.0): record ConfigMap events;
 //! - `recorder-unknown-kind`: subscribes to a type no cluster serves;
+//! - `recorder-pods`: subscribes to Pods instead (a version that changes its
+//!   subscriptions);
 //! - `recorder-describe-trap`: panics in `describe`;
 //! - `recorder-describe-slow`: never returns from `describe`.
 
@@ -29,6 +31,7 @@ impl Plugin for Recorder {
     fn describe(&self) -> Description {
         let subscribed = match VARIANT {
             "recorder-unknown-kind" => gvk("example.com", "v1", "Widget"),
+            "recorder-pods" => gvk("", "v1", "Pod"),
             "recorder-describe-trap" => panic!("describe fails on purpose"),
             "recorder-describe-slow" => loop {
                 std::hint::black_box(());
