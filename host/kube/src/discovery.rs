@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::config::{KubeClient, error_chain};
 use crate::lister::{Read, read_at_most};
+use crate::paths::group_version_path;
 use crate::wire;
 
 /// The largest discovery document read: 16 MiB, as large as an object may be. The biggest
@@ -318,11 +319,7 @@ impl Discovery {
         version: &str,
     ) -> Result<Option<Arc<[ApiResource]>>, DiscoveryError> {
         let gv = group_version(group, version);
-        let path = if group.is_empty() {
-            format!("/api/{version}")
-        } else {
-            format!("/apis/{group}/{version}")
-        };
+        let path = group_version_path(group, version);
         let (code, body) = self.get(&path, &gv).await?;
         let resources = if code == http::StatusCode::NOT_FOUND {
             None

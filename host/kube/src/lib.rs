@@ -8,6 +8,7 @@
 //! - [`wire`]: the JSON wire format, decoded without building object trees.
 //! - [`discovery`]: kind → plural and scope, cached and refreshed on a miss.
 //! - [`provider`]: the informer factory's `SourceProvider`.
+//! - [`paths`]: request paths, every segment percent-encoded.
 //!
 //! Requests are built by hand and sent with `kube::Client::send`: kube's `Api<DynamicObject>`
 //! and `watcher` build `serde_json::Value` trees, and its error type drops `Retry-After`.
@@ -21,6 +22,8 @@ pub mod config;
 pub mod discovery;
 #[cfg(feature = "client")]
 pub mod lister;
+#[cfg(feature = "client")]
+pub mod paths;
 #[cfg(feature = "client")]
 pub mod provider;
 pub mod wire;

@@ -22,6 +22,7 @@ use kubeplug_informer::source::{
 use tracing::debug;
 
 use crate::config::{KubeClient, error_chain};
+use crate::paths::collection_path;
 use crate::wire::{self, LineSplitter};
 
 /// How a [`KubeListerWatcher`] behaves; the defaults suit a real cluster.
@@ -114,24 +115,6 @@ impl fmt::Debug for KubeListerWatcher {
             .field("server", &self.client.origin().address)
             .finish()
     }
-}
-
-/// The URL path of a resource's collection, in `namespace` when given and namespaced.
-pub fn collection_path(resource: &Resource, namespace: Option<&str>) -> String {
-    let mut path = if resource.group.is_empty() {
-        format!("/api/{}", resource.version)
-    } else {
-        format!("/apis/{}/{}", resource.group, resource.version)
-    };
-    if resource.namespaced
-        && let Some(ns) = namespace.filter(|ns| !ns.is_empty())
-    {
-        path.push_str("/namespaces/");
-        path.push_str(ns);
-    }
-    path.push('/');
-    path.push_str(&resource.plural);
-    path
 }
 
 impl KubeListerWatcher {
@@ -480,23 +463,6 @@ impl ListerWatcher for KubeListerWatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn paths_for_core_grouped_namespaced_and_cluster_resources() {
-        let cm = Resource::new("", "v1", "ConfigMap", "configmaps", true);
-        assert_eq!(
-            collection_path(&cm, Some("ns")),
-            "/api/v1/namespaces/ns/configmaps"
-        );
-        assert_eq!(collection_path(&cm, None), "/api/v1/configmaps");
-        let node = Resource::new("", "v1", "Node", "nodes", false);
-        assert_eq!(collection_path(&node, Some("ns")), "/api/v1/nodes");
-        let deploy = Resource::new("apps", "v1", "Deployment", "deployments", true);
-        assert_eq!(
-            collection_path(&deploy, Some("a")),
-            "/apis/apps/v1/namespaces/a/deployments"
-        );
-    }
 
     #[tokio::test]
     async fn bodies_are_read_up_to_the_bound_and_no_further() {

@@ -12,7 +12,9 @@ use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::Status;
 use kubeplug_kube::config::{KubeClient, error_chain, plugin_user_agent};
 use kubeplug_kube::discovery::{Discovery, DiscoveryError};
+use kubeplug_kube::paths;
 use kubeplug_kube::wire::decode_status;
+use kubeplug_policy::names::printable;
 use kubeplug_runtime::view::{BoxFuture, PatchType};
 use kubeplug_runtime::{ClusterWriter, Gvk, ObjectRef, Write, WriteError};
 use serde_json::Value;
@@ -202,7 +204,9 @@ impl KubeWriter {
                     .expect("Events are namespaced and have a namespace here");
                 self.send(plugin, Method::POST, path, "application/json", body, &what)
                     .await?;
-                info!(plugin, "event: {severity} {reason} {regarding}: {message}");
+                // The note is the plugin's text: a newline in it must not forge a log line.
+                let note = printable(&message);
+                info!(plugin, "event: {severity} {reason} {regarding}: {note}");
                 Ok(String::new())
             }
         }
@@ -291,21 +295,13 @@ pub(crate) fn reporting_instance() -> String {
     name.chars().take(MAX_INSTANCE_CHARS).collect()
 }
 
-/// `…/namespaces/{ns}/{plural}` or `…/{plural}`; `None` when the resource is namespaced and
-/// no namespace is given. A namespace given for a cluster-scoped resource is ignored.
+/// The path of `resource`'s collection in `namespace`; `None` when the resource is
+/// namespaced and no namespace is given.
 fn collection_path(resource: &Resource, namespace: Option<&str>) -> Option<String> {
-    let mut path = if resource.group.is_empty() {
-        format!("/api/{}", resource.version)
-    } else {
-        format!("/apis/{}/{}", resource.group, resource.version)
-    };
-    if resource.namespaced {
-        path.push_str("/namespaces/");
-        path.push_str(namespace?);
+    if resource.namespaced && namespace.is_none_or(str::is_empty) {
+        return None;
     }
-    path.push('/');
-    path.push_str(&resource.plural);
-    Some(path)
+    Some(paths::collection_path(resource, namespace))
 }
 
 /// The path of `target`, or of its `subresource`.
@@ -314,15 +310,15 @@ fn object_path(
     target: &ObjectRef,
     subresource: Option<&str>,
 ) -> Result<String, WriteError> {
-    let mut path = collection_path(resource, target.namespace.as_deref())
-        .ok_or_else(|| needs_namespace(&target.to_string(), &target.resource))?;
-    path.push('/');
-    path.push_str(&target.name);
-    if let Some(subresource) = subresource {
-        path.push('/');
-        path.push_str(subresource);
+    if resource.namespaced && target.namespace.is_none() {
+        return Err(needs_namespace(&target.to_string(), &target.resource));
     }
-    Ok(path)
+    Ok(paths::object_path(
+        resource,
+        target.namespace.as_deref(),
+        &target.name,
+        subresource,
+    ))
 }
 
 /// An error answer as the plugin sees it: the server's message, prefixed with `what`.

@@ -7,6 +7,7 @@ use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::Status;
 use kubeplug_local::LocalCluster;
 use kubeplug_memory::status::Endpoint;
+use kubeplug_policy::names::printable;
 use kubeplug_runtime::view::{BoxFuture, PatchType};
 use kubeplug_runtime::{ClusterWriter, Gvk, ObjectRef, Write, WriteError};
 use serde_json::Value;
@@ -89,6 +90,17 @@ impl LocalWriter {
                         })?;
                     }
                 }
+                // As the API server: a patch cannot move the object.
+                for (field, expected) in [
+                    ("name", Some(target.name.as_str())),
+                    ("namespace", target.namespace.as_deref()),
+                ] {
+                    if object["metadata"][field].as_str() != expected {
+                        return Err(WriteError::Invalid(format!(
+                            "patch on {target}: metadata.{field} cannot change"
+                        )));
+                    }
+                }
                 let endpoint = match subresource.as_deref() {
                     Some("status") => Endpoint::Status,
                     _ => Endpoint::Object,
@@ -142,7 +154,9 @@ impl LocalWriter {
                 server
                     .create(&events, &event.to_string())
                     .map_err(status_error)?;
-                info!(plugin, "event: {severity} {reason} {regarding}: {message}");
+                // The note is the plugin's text: a newline in it must not forge a log line.
+                let note = printable(&message);
+                info!(plugin, "event: {severity} {reason} {regarding}: {note}");
                 return Ok(String::new());
             }
         };
@@ -224,6 +238,60 @@ mod tests {
         assert_eq!(stored["spec"]["replicas"], 2, "{stored}");
         assert_eq!(stored["status"]["replicas"], 3, "{stored}");
         assert_eq!(stored["metadata"].get("labels"), None, "{stored}");
+    }
+
+    /// Regression (issue 19): a merge patch naming another namespace wrote `kube-system/c`
+    /// for a target in `ns`. As on the API server, a patch cannot move its object.
+    #[tokio::test]
+    async fn a_patch_cannot_move_its_object() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("cm.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: ns\n",
+        )
+        .unwrap();
+        let (cluster, _) = LocalCluster::open(dir.path()).unwrap();
+        let writer = LocalWriter::new(cluster.clone());
+        let target = ObjectRef {
+            resource: Gvk::new("", "v1", "ConfigMap"),
+            namespace: Some("ns".into()),
+            name: "c".into(),
+        };
+        for (patch_type, patch) in [
+            (
+                PatchType::Merge,
+                r#"{"metadata":{"namespace":"kube-system"}}"#,
+            ),
+            (
+                PatchType::Json,
+                r#"[{"op":"replace","path":"/metadata/name","value":"d"}]"#,
+            ),
+        ] {
+            let error = writer
+                .write(
+                    "test",
+                    Write::Patch {
+                        target: target.clone(),
+                        patch_type,
+                        patch: patch.into(),
+                        subresource: None,
+                    },
+                )
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(&error, WriteError::Invalid(m) if m.contains("cannot change")),
+                "{error:?}"
+            );
+        }
+        let config_maps = cluster.resolve("v1", "ConfigMap").unwrap();
+        let keys: Vec<String> = cluster
+            .server()
+            .snapshot(&config_maps)
+            .keys()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(keys, ["ns/c"]);
     }
 
     #[tokio::test]

@@ -48,6 +48,14 @@ impl Gvk {
         }
     }
 
+    /// Whether each part is a valid name of its kind ([`names`](crate::names)): a type a
+    /// plugin gives reaches discovery URLs and request paths only once checked.
+    pub fn check(&self) -> Result<(), crate::NameError> {
+        crate::names::check_group(&self.group)?;
+        crate::names::check_version(&self.version)?;
+        crate::names::check_kind(&self.kind)
+    }
+
     /// The `apiVersion` field of its objects: `v1` or `apps/v1`.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {

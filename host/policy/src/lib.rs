@@ -1,6 +1,6 @@
 //! kubeplug's policy vocabulary: what a plugin may touch, as the host's configuration states
-//! it. Resource types ([`Gvk`]), kinds of writes ([`WriteVerb`]) and one plugin's
-//! [`Grants`].
+//! it. Resource types ([`Gvk`]), kinds of writes ([`WriteVerb`]), one plugin's [`Grants`],
+//! and what a plugin may name ([`names`]).
 //!
 //! The lowest crate that needs them: the configuration file's parser and the Wasm runtime
 //! both depend on it, so parsing a configuration compiles neither wasmtime nor kube.
@@ -16,6 +16,8 @@
 
 mod grants;
 mod gvk;
+pub mod names;
 
 pub use grants::{Grants, WriteVerb};
 pub use gvk::Gvk;
+pub use names::NameError;

@@ -4,7 +4,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kubeplug_informer::selector::{FieldSelector, LabelSelector};
-use kubeplug_policy::WriteVerb;
+use kubeplug_policy::names::{check_namespace, quoted};
+use kubeplug_policy::{NameError, WriteVerb};
 
 use crate::bindings::guest;
 use crate::gvk::Gvk;
@@ -214,8 +215,20 @@ pub enum RawIndexSpec {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DescriptionError {
     /// The name is not a DNS label.
-    #[error("name: {0:?} is not a DNS label (lowercase letters, digits, '-', at most 63 bytes)")]
+    #[error(
+        "name: {} is not a DNS label (lowercase letters, digits, '-', at most 63 bytes)",
+        quoted(.0)
+    )]
     InvalidName(String),
+    /// A namespace, or a part of a resource type, is not a valid name of its kind.
+    #[error("{field}: {source}")]
+    InvalidIdentifier {
+        /// Where it is, e.g. `subscriptions[0].resource-type`.
+        field: String,
+        /// What is wrong with it.
+        #[source]
+        source: NameError,
+    },
     /// No subscription.
     #[error("subscriptions: describe() returned none; a plugin watches at least one type")]
     NoSubscription,
@@ -240,7 +253,10 @@ pub enum DescriptionError {
         limit: usize,
     },
     /// A selector did not parse.
-    #[error("subscriptions[{index}].{what} ({resource}): {text:?} does not parse: {reason}")]
+    #[error(
+        "subscriptions[{index}].{what} ({resource}): {} does not parse: {reason}",
+        quoted(.text)
+    )]
     InvalidSelector {
         /// Subscription index.
         index: usize,
@@ -255,7 +271,8 @@ pub enum DescriptionError {
     },
     /// An index is on a resource the plugin neither subscribes to nor reads.
     #[error(
-        "indexes[{index}] ({name:?}): on {resource}, which the plugin neither subscribes to nor lists in reads"
+        "indexes[{index}] ({}): on {resource}, which the plugin neither subscribes to nor lists in reads",
+        quoted(.name)
     )]
     IndexOnUnknownResource {
         /// Its position.
@@ -266,7 +283,10 @@ pub enum DescriptionError {
         resource: Gvk,
     },
     /// Two indexes share a name (or one is called `namespace`).
-    #[error("indexes[{index}]: name {name:?} is used twice (or is the built-in `namespace`)")]
+    #[error(
+        "indexes[{index}]: name {} is used twice (or is the built-in `namespace`)",
+        quoted(.name)
+    )]
     DuplicateIndex {
         /// Its position.
         index: usize,
@@ -274,7 +294,7 @@ pub enum DescriptionError {
         name: String,
     },
     /// An index path did not parse.
-    #[error("indexes[{index}] ({name:?}): {reason}")]
+    #[error("indexes[{index}] ({}): {reason}", quoted(.name))]
     InvalidIndexPath {
         /// Its position.
         index: usize,
@@ -318,10 +338,16 @@ fn check_text(field: impl FnOnce() -> String, text: &str) -> Result<(), Descript
     Ok(())
 }
 
+/// Its length, then each part by its rule: a type reaches discovery URLs.
 fn check_gvk(field: &dyn Fn() -> String, gvk: &Gvk) -> Result<(), DescriptionError> {
     check_text(|| format!("{}.group", field()), &gvk.group)?;
     check_text(|| format!("{}.version", field()), &gvk.version)?;
-    check_text(|| format!("{}.kind", field()), &gvk.kind)
+    check_text(|| format!("{}.kind", field()), &gvk.kind)?;
+    gvk.check()
+        .map_err(|source| DescriptionError::InvalidIdentifier {
+            field: field(),
+            source,
+        })
 }
 
 fn check_subscription(index: usize, s: &SubscriptionSpec) -> Result<(), DescriptionError> {
@@ -338,6 +364,12 @@ fn check_subscription(index: usize, s: &SubscriptionSpec) -> Result<(), Descript
         if let Some(text) = text {
             check_text(|| at(field), text)?;
         }
+    }
+    if let Some(namespace) = s.namespace.as_deref().filter(|ns| !ns.is_empty()) {
+        check_namespace(namespace).map_err(|source| DescriptionError::InvalidIdentifier {
+            field: at("namespace"),
+            source,
+        })?;
     }
     let invalid = |what, text: &str, reason: String| DescriptionError::InvalidSelector {
         index,
@@ -682,5 +714,33 @@ mod tests {
             ..index("s", RawIndexSpec::OwnerUid)
         }];
         assert!(refusal(r).starts_with("indexes[0] (\"s\"): on v1/Secret"));
+    }
+
+    /// Issue 19: a type or namespace a plugin describes reaches discovery URLs and request
+    /// paths; one that is not a valid name fails the load, and the message quotes at most
+    /// 256 bytes of it.
+    #[test]
+    fn types_and_namespaces_that_are_not_names_are_refused() {
+        let mut r = raw();
+        r.subscriptions[0].resource = Gvk::new("", "v1/namespaces/kube-system/secrets", "Secret");
+        let refused = refusal(r);
+        assert!(
+            refused.starts_with("subscriptions[0].resource-type: version \"v1/namespaces"),
+            "{refused}"
+        );
+        let mut r = raw();
+        r.subscriptions[0].namespace = Some("kube system".to_owned());
+        assert!(refusal(r).starts_with("subscriptions[0].namespace: namespace \"kube system\""));
+        let mut r = raw();
+        r.reads = vec![Gvk::new("evil.example.com/..", "v1", "Pod")];
+        assert!(refusal(r).starts_with("reads[0]: group "));
+        let mut r = raw();
+        r.writes[0].0.kind = "Pod/status".to_owned();
+        assert!(refusal(r).starts_with("writes[0].resource-type: kind "));
+        let mut r = raw();
+        r.name = "x".repeat(48 << 20);
+        let refused = refusal(r);
+        assert!(refused.len() < 512, "{} bytes", refused.len());
+        assert!(refused.contains("(50331648 bytes in all)"), "{refused}");
     }
 }

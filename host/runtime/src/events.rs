@@ -6,6 +6,7 @@ use std::time::Duration;
 use futures::future::select_all;
 use kubeplug_informer::backoff::Backoff;
 use kubeplug_informer::listener::{BufferPolicy, ListenerReceiver, NotificationBatch};
+use kubeplug_policy::names::excerpt;
 use tokio::task::JoinHandle;
 
 use crate::bindings::wit;
@@ -102,7 +103,7 @@ async fn attempt(version: &Version, events: &[wit::Event]) -> Result<(), String>
             Err(format!(
                 "plugin {}: handle-events returned an error: {}",
                 plugin.name(),
-                bounded(&message)
+                excerpt(&message)
             ))
         }
         // The instance is dropped: a trapped one is never called again.

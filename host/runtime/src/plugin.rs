@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kubeplug_informer::indexer::IndexHandle;
+use kubeplug_policy::names::excerpt;
 use wasmtime::component::Component;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
@@ -272,7 +273,7 @@ impl Runtime {
                 return Err(LoadError::StartFailed {
                     path,
                     stage: "init",
-                    cause: refused,
+                    cause: excerpt(&refused),
                 });
             }
             Err(e) => return Err(start_failed("init", e)),

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kubeplug_informer::listener::{ListenerReceiver, Notification};
+use kubeplug_policy::names::excerpt;
 use kubeplug_workqueue::{Outcome, Queue, Workers, run_workers};
 use tokio::task::JoinHandle;
 use tracing::Instrument as _;
@@ -259,7 +260,7 @@ async fn call_reconcile(
                     format!(
                         "plugin {}: reconcile {target}: {}",
                         plugin.name(),
-                        bounded(&message)
+                        excerpt(&message)
                     ),
                 ),
             }

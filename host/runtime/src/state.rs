@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use kubeplug_policy::names::printable;
 use tokio::io::AsyncWrite;
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
@@ -260,6 +261,8 @@ impl Capture {
             .unwrap_or(None);
         if let Some(dropped) = taken {
             let plugin = &*self.host.plugin;
+            // A control character in a plugin's line must not forge the host's log.
+            let text = printable(&text);
             if self.stream == "stderr" {
                 tracing::warn!(plugin, stream = self.stream, dropped, "{text}");
             } else {

@@ -5,6 +5,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use kubeplug_policy::names::quoted;
+
 /// What a plugin is doing now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunState {
@@ -124,6 +126,9 @@ impl PluginStats {
 /// The most series one plugin may define.
 pub const MAX_SERIES: usize = 64;
 
+/// The longest value of a label of a plugin-defined series.
+pub const MAX_LABEL_VALUE: usize = 1024;
+
 /// A plugin-defined series: metric name plus sorted labels.
 pub type SeriesKey = (String, Vec<(String, String)>);
 
@@ -148,17 +153,32 @@ pub struct PluginMetrics {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MetricError {
     /// Bad name or label name.
-    #[error("{0:?} is not a valid Prometheus name ([a-zA-Z_:][a-zA-Z0-9_:]*, at most 128 bytes)")]
+    #[error(
+        "{} is not a valid Prometheus name ([a-zA-Z_:][a-zA-Z0-9_:]*, at most 128 bytes)",
+        quoted(.0)
+    )]
     InvalidName(String),
+    /// A label value longer than [`MAX_LABEL_VALUE`].
+    #[error("the value of label {} is {length} bytes; at most {MAX_LABEL_VALUE}", quoted(.label))]
+    LabelValueTooLong {
+        /// The label.
+        label: String,
+        /// Its value's length.
+        length: usize,
+    },
     /// Too many series.
-    #[error("the plugin already has {MAX_SERIES} series; {0} would be one more")]
+    #[error(
+        "the plugin already has {MAX_SERIES} series; {} would be one more",
+        quoted(.0)
+    )]
     TooManySeries(String),
     /// Counter used as gauge or the reverse.
-    #[error("{0} is already a metric of the other type")]
+    #[error("{} is already a metric of the other type", quoted(.0))]
     TypeMismatch(String),
     /// A name the host's own series use.
     #[error(
-        "{0:?} is reserved for the host: metric names may not start with {RESERVED_PREFIXES:?}, and the label `plugin` is set by the host"
+        "{} is reserved for the host: metric names may not start with {RESERVED_PREFIXES:?}, and the label `plugin` is set by the host",
+        quoted(.0)
     )]
     Reserved(String),
 }
@@ -196,11 +216,14 @@ impl PluginMetrics {
         if let Some((reserved, _)) = labels.iter().find(|(k, _)| k == "plugin") {
             return Err(MetricError::Reserved(reserved.clone()));
         }
-        if let Some((bad, _)) = labels
-            .iter()
-            .find(|(k, v)| !valid_name(k) || v.len() > 1024)
-        {
+        if let Some((bad, _)) = labels.iter().find(|(k, _)| !valid_name(k)) {
             return Err(MetricError::InvalidName(bad.clone()));
+        }
+        if let Some((label, value)) = labels.iter().find(|(_, v)| v.len() > MAX_LABEL_VALUE) {
+            return Err(MetricError::LabelValueTooLong {
+                label: label.clone(),
+                length: value.len(),
+            });
         }
         let mut labels = labels;
         labels.sort();
@@ -290,5 +313,24 @@ mod tests {
             m.gauge_set("g", vec![("i".into(), "x".into())], 1.0),
             Err(MetricError::TooManySeries(_))
         ));
+    }
+
+    /// Regression (issue 19): a 1 MiB label value was refused as an invalid label *name*.
+    /// The error names the label and the length, and quotes no more than 256 bytes.
+    #[test]
+    fn a_long_label_value_is_refused_for_its_length() {
+        let m = PluginMetrics::default();
+        let error = m
+            .gauge_set("g", vec![("app".into(), "v".repeat(1 << 20))], 1.0)
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "the value of label \"app\" is 1048576 bytes; at most 1024"
+        );
+        let error = m
+            .counter_add(&format!("bad name\n{}", "x".repeat(1 << 20)), vec![], 1)
+            .unwrap_err();
+        let text = error.to_string();
+        assert!(text.len() < 512 && text.contains("\\n"), "{}", text.len());
     }
 }

@@ -202,25 +202,39 @@ fn reference_problems(raw: &RawDescription) -> Vec<String> {
             problems.push(field);
         }
     };
-    let name = &raw.name;
-    let dns_label = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !name.starts_with('-')
-        && !name.ends_with('-');
+    // DNS-1123 labels and subdomains, and kinds as identifiers (the Kubernetes API
+    // conventions); a type's parts and a namespace reach request paths.
+    let dns_label = |text: &str| {
+        !text.is_empty()
+            && text.len() <= 63
+            && text
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !text.starts_with('-')
+            && !text.ends_with('-')
+    };
+    let dns_subdomain = |text: &str| text.len() <= 253 && text.split('.').all(dns_label);
+    let identifier = |text: &str| {
+        (1..=63).contains(&text.len())
+            && text.starts_with(|c: char| c.is_ascii_alphabetic())
+            && text.chars().all(|c| c.is_ascii_alphanumeric())
+    };
+    let name_valid = dns_label(&raw.name);
     text("version".into(), &raw.version);
+    let mut named_wrong = Vec::new();
+    // The field, when the type's parts break their rules.
     let gvk = |text: &mut dyn FnMut(String, &str), field: String, g: &Gvk| {
         text(format!("{field}.group"), &g.group);
         text(format!("{field}.version"), &g.version);
         text(format!("{field}.kind"), &g.kind);
+        let group_valid = g.group.is_empty() || dns_subdomain(&g.group);
+        (!(group_valid && dns_label(&g.version) && identifier(&g.kind))).then_some(field)
     };
     for (i, s) in raw.subscriptions.iter().enumerate() {
         let at = format!("subscriptions[{i}]");
-        gvk(&mut text, format!("{at}.resource-type"), &s.resource);
+        named_wrong.extend(gvk(&mut text, format!("{at}.resource-type"), &s.resource));
         if let KeyMapping::Owner(owner) = &s.enqueue {
-            gvk(&mut text, format!("{at}.enqueue.owner"), owner);
+            named_wrong.extend(gvk(&mut text, format!("{at}.enqueue.owner"), owner));
         }
         for (field, value) in [
             ("namespace", &s.namespace),
@@ -231,25 +245,32 @@ fn reference_problems(raw: &RawDescription) -> Vec<String> {
                 text(format!("{at}.{field}"), value);
             }
         }
+        if s.namespace
+            .as_deref()
+            .is_some_and(|ns| !ns.is_empty() && !dns_label(ns))
+        {
+            named_wrong.push(format!("{at}.namespace"));
+        }
     }
     for (i, r) in raw.reads.iter().enumerate() {
-        gvk(&mut text, format!("reads[{i}]"), r);
+        named_wrong.extend(gvk(&mut text, format!("reads[{i}]"), r));
     }
     for (i, (r, _)) in raw.writes.iter().enumerate() {
-        gvk(&mut text, format!("writes[{i}].resource-type"), r);
+        named_wrong.extend(gvk(&mut text, format!("writes[{i}].resource-type"), r));
     }
     for (i, index) in raw.indexes.iter().enumerate() {
         text(format!("indexes[{i}].name"), &index.name);
-        gvk(
+        named_wrong.extend(gvk(
             &mut text,
             format!("indexes[{i}].resource-type"),
             &index.resource,
-        );
+        ));
         if let RawIndexSpec::Label(value) | RawIndexSpec::Path(value) = &index.spec {
             text(format!("indexes[{i}].spec"), value);
         }
     }
-    if !dns_label {
+    problems.extend(named_wrong);
+    if !name_valid {
         problems.push("name".into());
     }
     if raw.subscriptions.is_empty() || raw.subscriptions.len() > MAX_SUBSCRIPTIONS {

@@ -135,6 +135,24 @@ fn reference(namespace: Option<&str>, selector: Option<&LabelSelector>) -> Vec<S
         .collect()
 }
 
+/// A DNS-1123 label (the Kubernetes API conventions): what a namespace must be.
+fn dns_label(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 63
+        && text
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !text.starts_with('-')
+        && !text.ends_with('-')
+}
+
+/// Whether a refusal says `namespace` is not a DNS label.
+fn names_namespace(error: &HostCallError) -> bool {
+    error.kind == "invalid-input"
+        && error.message.starts_with("namespace ")
+        && error.message.contains("is not a DNS label")
+}
+
 /// Whether a refusal names the argument that is over the bound.
 fn names_bound(error: &HostCallError, what: &str) -> bool {
     error.kind == "invalid-input"
@@ -147,11 +165,13 @@ fn names_bound(error: &HostCallError, what: &str) -> bool {
 /// arguments (resource types and strings mostly from lists of likely ones).
 ///
 /// Properties: no call traps or panics; an argument over the bound is refused as
-/// `invalid-input` naming it; a type neither subscribed nor granted is refused as
-/// `not-permitted` naming the plugin, and each refusal is counted once; reads of the
-/// subscribed type answer exactly what a reference filter over the cache's objects answers,
-/// sorted by key; a bad key or selector is refused quoting it; a write reaches the writer
-/// exactly when it is granted and its document is JSON.
+/// `invalid-input` naming it, and so is a namespace that is not a DNS label; a type neither
+/// subscribed nor granted is refused as `not-permitted` naming the plugin (or as
+/// `invalid-input` when its parts are not names), and each refusal is counted once; reads of
+/// the subscribed type answer exactly what a reference filter over the cache's objects
+/// answers, sorted by key; a bad key or selector is refused quoting it; a write reaches the
+/// writer exactly when it is granted, its document is JSON, and its namespace is a DNS label
+/// that the document does not contradict.
 pub fn host_calls(data: &[u8]) {
     let writes = Arc::new(Writes::default());
     let grants = Grants::default().allow_write(config_maps(), WriteVerb::Create);
@@ -204,6 +224,13 @@ pub fn host_calls(data: &[u8]) {
                     (Err(e), _) if namespace.as_ref().is_some_and(|n| n.len() > MAX_ARG) => {
                         assert!(names_bound(e, "namespace"), "{e:?}");
                     }
+                    (Err(e), _)
+                        if namespace
+                            .as_deref()
+                            .is_some_and(|n| !n.is_empty() && !dns_label(n)) =>
+                    {
+                        assert!(names_namespace(e), "{e:?}");
+                    }
                     (Ok(keys), Some(Ok(selector))) => {
                         assert_eq!(keys, &reference(namespace.as_deref(), Some(selector)));
                     }
@@ -255,11 +282,21 @@ pub fn host_calls(data: &[u8]) {
                 let before = writes.0.lock().expect("not poisoned").len();
                 let answer = calls.create(&resource, namespace.as_deref(), &json);
                 let reached = writes.0.lock().expect("not poisoned").len() - before;
-                let is_json = serde_json::from_str::<serde_json::Value>(&json).is_ok();
-                let short = namespace.as_ref().is_none_or(|n| n.len() <= MAX_ARG);
+                let document = serde_json::from_str::<serde_json::Value>(&json).ok();
+                let given = namespace.as_deref().filter(|n| !n.is_empty());
+                let named = given.is_none_or(dns_label);
+                // A manifest may not name another namespace than the one given.
+                let elsewhere = document.as_ref().is_some_and(|d| {
+                    let inside = d["metadata"]["namespace"]
+                        .as_str()
+                        .filter(|n| !n.is_empty());
+                    given
+                        .zip(inside)
+                        .is_some_and(|(given, inside)| given != inside)
+                });
                 assert_eq!(
                     reached == 1,
-                    readable && is_json && short,
+                    readable && document.is_some() && named && !elsewhere,
                     "{resource} {json:?}: {answer:?}"
                 );
                 accepted_writes += reached;

@@ -19,7 +19,7 @@ type Answer<T> = wasmtime::Result<Result<T, Error>>;
 impl StoreState {
     /// The cache for `resource`, if the plugin may read it and an informer serves it.
     fn readable(&self, resource: WitGvk) -> Result<(Gvk, Indexer), Error> {
-        let resource = Gvk::from(resource);
+        let resource = super::checked_gvk(resource)?;
         if !self.host.policy.may_read(&resource) {
             PluginStats::add(&self.host.stats.denied, 1);
             return Err(Error::NotPermitted(format!(
@@ -94,8 +94,9 @@ impl Host for StoreState {
                 }
                 None => None,
             };
-            if let Some(ns) = &namespace {
+            if let Some(ns) = namespace.as_deref().filter(|ns| !ns.is_empty()) {
                 check_len("namespace", ns)?;
+                super::check_namespace(ns)?;
             }
             let (resource, indexer) = self.readable(resource_type)?;
             let found = match namespace.as_deref().filter(|ns| !ns.is_empty()) {
@@ -117,8 +118,9 @@ impl Host for StoreState {
 
     fn keys(&mut self, resource_type: WitGvk, namespace: Option<String>) -> Answer<Vec<String>> {
         Ok((|| {
-            if let Some(ns) = &namespace {
+            if let Some(ns) = namespace.as_deref().filter(|ns| !ns.is_empty()) {
                 check_len("namespace", ns)?;
+                super::check_namespace(ns)?;
             }
             let (resource, indexer) = self.readable(resource_type)?;
             let mut keys: Vec<String> = indexer

@@ -1,6 +1,8 @@
 //! `kubeplug:plugin/cluster`: writes, each checked against the plugin's grants before it
 //! reaches the [`ClusterWriter`](crate::view::ClusterWriter).
 
+use kubeplug_policy::names::{check_event_reason, quoted};
+
 use crate::WriteVerb;
 use crate::bindings::kubeplug::plugin::cluster::{EventSeverity, Host, PatchType};
 use crate::bindings::wit::{Error, Gvk as WitGvk, ObjectRef as WitRef};
@@ -10,26 +12,71 @@ use crate::state::StoreState;
 use crate::status::PluginStats;
 use crate::view::{self, ObjectRef, Write, WriteError};
 
-use super::check_len;
+use super::{check_len, check_name, check_namespace, checked_gvk};
 
 /// Largest JSON document a plugin may send in one write.
 const MAX_DOCUMENT: usize = 3 << 20;
 
 type Answer<T> = wasmtime::Result<Result<T, Error>>;
 
+/// The plugin's reference, checked: its type, namespace and name become a request path.
 fn object_ref(target: WitRef) -> Result<ObjectRef, Error> {
     check_len("name", &target.name)?;
-    if let Some(ns) = &target.namespace {
+    check_name(&target.name)?;
+    let namespace = target.namespace.filter(|ns| !ns.is_empty());
+    if let Some(ns) = &namespace {
         check_len("namespace", ns)?;
-    }
-    if target.name.is_empty() {
-        return Err(Error::InvalidInput("empty object name".to_owned()));
+        check_namespace(ns)?;
     }
     Ok(ObjectRef {
-        resource: Gvk::from(target.resource_type),
-        namespace: target.namespace.filter(|ns| !ns.is_empty()),
+        resource: checked_gvk(target.resource_type)?,
+        namespace,
         name: target.name,
     })
+}
+
+/// `invalid-input` when the document's `metadata.name` or `metadata.namespace`, where it has
+/// them, differ from the object the write is for (a namespace where the target has none
+/// included): a plugin writes the object it names, not another one it slips into the body.
+fn check_names_the_target(
+    what: &str,
+    json: &str,
+    name: Option<&str>,
+    namespace: Option<&str>,
+) -> Result<(), Error> {
+    #[derive(serde::Deserialize)]
+    struct Named {
+        #[serde(default)]
+        metadata: Metadata,
+    }
+    #[derive(Default, serde::Deserialize)]
+    struct Metadata {
+        name: Option<String>,
+        namespace: Option<String>,
+    }
+    let Ok(named) = serde_json::from_str::<Named>(json) else {
+        // Not an object with a metadata object: the writer says what is wrong with it.
+        return Ok(());
+    };
+    let differs = |field: &str, given: Option<String>, target: Option<&str>| match (
+        given.filter(|g| !g.is_empty()),
+        target,
+    ) {
+        (Some(given), Some(target)) if given != target => Err(Error::InvalidInput(format!(
+            "{what}: its metadata.{field} {} is not the target's {}",
+            quoted(&given),
+            quoted(target)
+        ))),
+        (Some(given), None) => Err(Error::InvalidInput(format!(
+            "{what}: its metadata.{field} {} names an object the target does not",
+            quoted(&given)
+        ))),
+        _ => Ok(()),
+    };
+    if let Some(name) = name {
+        differs("name", named.metadata.name, Some(name))?;
+    }
+    differs("namespace", named.metadata.namespace, namespace)
 }
 
 fn document(what: &str, json: &str) -> Result<(), Error> {
@@ -91,7 +138,11 @@ impl StoreState {
 
 impl Host for StoreState {
     async fn apply(&mut self, target: WitRef, json: String, force: bool) -> Answer<String> {
-        let checked = object_ref(target).and_then(|t| document("manifest", &json).map(|()| t));
+        let checked = object_ref(target).and_then(|t| {
+            document("manifest", &json)?;
+            check_names_the_target("manifest", &json, Some(&t.name), t.namespace.as_deref())?;
+            Ok(t)
+        });
         Ok(match checked {
             Err(e) => Err(e),
             Ok(target) => {
@@ -155,15 +206,21 @@ impl Host for StoreState {
         namespace: Option<String>,
         json: String,
     ) -> Answer<String> {
-        let checked = document("manifest", &json).and_then(|()| match &namespace {
-            Some(ns) => check_len("namespace", ns),
-            None => Ok(()),
-        });
-        if let Err(e) = checked {
-            return Ok(Err(e));
-        }
-        let resource = Gvk::from(resource_type);
         let namespace = namespace.filter(|ns| !ns.is_empty());
+        let checked = (|| {
+            document("manifest", &json)?;
+            if let Some(ns) = &namespace {
+                check_len("namespace", ns)?;
+                check_namespace(ns)?;
+                // Without one, the manifest's own namespace is where it goes.
+                check_names_the_target("manifest", &json, None, Some(ns))?;
+            }
+            checked_gvk(resource_type)
+        })();
+        let resource = match checked {
+            Ok(resource) => resource,
+            Err(e) => return Ok(Err(e)),
+        };
         let write = Write::Create {
             resource: resource.clone(),
             namespace,
@@ -192,7 +249,7 @@ impl Host for StoreState {
         message: String,
     ) -> Answer<()> {
         let checked = object_ref(regarding).and_then(|r| {
-            check_len("reason", &reason)?;
+            check_event_reason(&reason).map_err(|e| Error::InvalidInput(e.to_string()))?;
             check_len("message", &message)?;
             Ok(r)
         });

@@ -1,6 +1,8 @@
 //! `kubeplug:plugin/log`: leveled, structured records into tracing, rate limited, and to
 //! the observer, if any, whole.
 
+use kubeplug_policy::names::printable;
+
 use crate::bindings::kubeplug::plugin::log::{Host, Level};
 use crate::bindings::wit::Label;
 use crate::observer::CallRecord;
@@ -76,6 +78,8 @@ impl Host for StoreState {
             return Ok(());
         };
         let plugin = &*self.host.plugin;
+        // A newline in a plugin's message must not start a line of the host's log.
+        let message = printable(message);
         let fields: String = fields
             .iter()
             .map(|f| {

@@ -41,6 +41,28 @@ fn check_answer(call: &str, sizes: impl IntoIterator<Item = usize>) -> Result<()
     Ok(())
 }
 
+/// `resource` as a [`Gvk`], or `invalid-input` when a part of it is not a valid name: a
+/// type reaches discovery URLs and request paths.
+fn checked_gvk(resource: wit::Gvk) -> Result<Gvk, wit::Error> {
+    let resource = Gvk::from(resource);
+    resource.check().map_err(invalid_name)?;
+    Ok(resource)
+}
+
+/// `invalid-input` unless `namespace` is a DNS label.
+fn check_namespace(namespace: &str) -> Result<(), wit::Error> {
+    kubeplug_policy::names::check_namespace(namespace).map_err(invalid_name)
+}
+
+/// `invalid-input` unless `name` is a safe path segment.
+fn check_name(name: &str) -> Result<(), wit::Error> {
+    kubeplug_policy::names::check_name(name).map_err(invalid_name)
+}
+
+fn invalid_name(error: kubeplug_policy::NameError) -> wit::Error {
+    wit::Error::InvalidInput(error.to_string())
+}
+
 /// `invalid-input` when `value` is longer than [`MAX_ARG`].
 fn check_len(what: &str, value: &str) -> Result<(), wit::Error> {
     if value.len() > MAX_ARG {

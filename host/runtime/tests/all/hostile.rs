@@ -10,11 +10,11 @@ use anyhow::Result;
 use kubeplug_informer::object::ObjectKey;
 use kubeplug_memory::MemoryServer;
 use kubeplug_runtime::events::run_events;
-use kubeplug_runtime::{Grants, Plugin, PluginLimits, RunState};
+use kubeplug_runtime::{Grants, Plugin, PluginLimits, RunState, WriteVerb};
 
 use crate::fixtures::*;
 
-const HOSTILE: [&str; 7] = [
+const HOSTILE: [&str; 8] = [
     "hostile-loop",
     "hostile-alloc",
     "hostile-panic",
@@ -22,7 +22,28 @@ const HOSTILE: [&str; 7] = [
     "hostile-args",
     "hostile-sandbox",
     "hostile-secrets",
+    "hostile-paths",
 ];
+
+/// What each hostile plugin is granted: nothing, but hostile-paths every write on Pods, so
+/// that only the host's checks of names stand between it and other objects.
+fn grants_of(name: &str) -> Grants {
+    if name != "hostile-paths" {
+        return Grants::default();
+    }
+    [
+        WriteVerb::Apply,
+        WriteVerb::Patch,
+        WriteVerb::PatchStatus,
+        WriteVerb::Create,
+        WriteVerb::Delete,
+        WriteVerb::RecordEvent,
+    ]
+    .into_iter()
+    .fold(Grants::default(), |grants, verb| {
+        grants.allow_write(gvk(&pods()), verb)
+    })
+}
 
 /// Whose calls must fail (and so be quarantined); the others are contained but succeed.
 fn fails(name: &str) -> bool {
@@ -65,7 +86,7 @@ async fn hostile_plugins_are_contained_and_the_good_one_sees_everything() -> Res
             name,
             caches.clone(),
             recorder.clone(),
-            Grants::default(),
+            grants_of(name),
             limits.clone(),
         )
         .await?;
@@ -111,7 +132,10 @@ async fn hostile_plugins_are_contained_and_the_good_one_sees_everything() -> Res
         (status.calls_failed, status.batches_skipped, status.denied),
         (0, 0, 0)
     );
-    eprintln!("well-behaved plugin beside 7 hostile ones: 90 notifications in {elapsed:?}");
+    eprintln!(
+        "well-behaved plugin beside {} hostile ones: 90 notifications in {elapsed:?}",
+        HOSTILE.len()
+    );
 
     // Keep a trickle of changes so quarantined plugins have something to be retried on.
     for (name, plugin) in hostile.iter().filter(|(n, _)| fails(n)) {
@@ -188,6 +212,24 @@ async fn hostile_plugins_are_contained_and_the_good_one_sees_everything() -> Res
         0,
         "file, env or socket access escaped"
     );
+    // Issue 19: names, namespaces, types and bodies that would reach other objects.
+    let paths = plugin_of("hostile-paths");
+    assert!(counter(&paths, "invalid_total") >= 40);
+    assert_eq!(counter(&paths, "accepted_total"), 0);
+    assert_eq!(
+        counter(&paths, "refused_otherwise_total"),
+        0,
+        "refused as invalid input, before grants or writers"
+    );
+    let reached: Vec<_> = recorder
+        .writes
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(plugin, _)| plugin == "hostile-paths")
+        .cloned()
+        .collect();
+    assert!(reached.is_empty(), "{reached:?}");
     let secrets = plugin_of("hostile-secrets");
     assert!(counter(&secrets, "refused_total") >= 1);
     assert_eq!(counter(&secrets, "leaked_total"), 0);
