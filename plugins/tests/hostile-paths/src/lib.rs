@@ -79,7 +79,10 @@ impl Plugin for Paths {
         let accepted = results.iter().filter(|r| r.is_ok()).count();
         count("invalid_total", invalid)?;
         count("accepted_total", accepted)?;
-        count("refused_otherwise_total", results.len() - invalid - accepted)
+        count(
+            "refused_otherwise_total",
+            results.len() - invalid - accepted,
+        )
     }
 }
 
