@@ -7,16 +7,28 @@
 //! http = "0.0.0.0:8080"
 //! namespace = "team-a"
 //!
+//! # Every plugin's sandbox; the values shown are the built-in ones.
 //! [defaults]
 //! memory_limit_mib = 64
 //! call_deadline_ms = 1000
 //! batch_size = 64
+//! max_reconcile_workers = 16
+//! min_resync_period_s = 30
+//! max_subscriptions = 32
+//! max_indexes = 32
+//! max_instances = 32
+//! max_table_elements = 10000
+//! max_wasi_resources = 4096
+//! write_qps = 20.0
+//! write_burst = 30
 //!
 //! # Sections are named like the plugin's file: `label-audit.wasm` reads this one.
 //! [plugins.label-audit]
 //! settings = { required_labels = ["app.kubernetes.io/name", "team"] }
 //! # Optional: only this content loads as label-audit.
 //! sha256 = "0b8d5e4c7a1f3e2d6c9b8a7f6e5d4c3b2a19f8e7d6c5b4a3928170f6e5d4c3b2"
+//! # Any key of [defaults] may be set for one plugin.
+//! memory_limit_mib = 128
 //!
 //! [plugins.label-audit.grants]
 //! # Types as `apiVersion/Kind`; writes per type, as verbs.
@@ -30,6 +42,10 @@ use std::path::{Path, PathBuf};
 
 use kubeplug_policy::{Gvk, WriteVerb};
 use serde::Deserialize;
+
+mod limits;
+
+pub use limits::{Limits, SandboxLimits};
 
 /// Why the configuration could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +78,7 @@ pub struct Config {
     pub host: HostConfig,
     /// Limits every plugin gets unless its own section says otherwise.
     #[serde(default)]
-    pub defaults: PluginDefaults,
+    pub defaults: Limits,
     /// Per plugin, by the name its `describe()` returns.
     #[serde(default)]
     pub plugins: BTreeMap<String, PluginConfig>,
@@ -78,43 +94,54 @@ pub struct HostConfig {
     pub namespace: Option<String>,
 }
 
-/// `[defaults]`: the sandbox limits of a plugin; keys left out keep their defaults.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PluginDefaults {
-    /// Linear memory cap per instance.
-    pub memory_limit_mib: u32,
-    /// Deadline of one call into a plugin.
-    pub call_deadline_ms: u64,
-    /// Notifications handed over per call in events mode.
-    pub batch_size: u32,
-}
-
-impl Default for PluginDefaults {
-    fn default() -> Self {
-        Self {
-            memory_limit_mib: 64,
-            call_deadline_ms: 1000,
-            batch_size: 64,
-        }
-    }
-}
-
-/// `[plugins.NAME]`.
+/// `[plugins.NAME]`: its settings, grants, pin, and the limits of `[defaults]` it overrides.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "toml::Table")]
 pub struct PluginConfig {
     /// The settings document handed to the plugin at load, as JSON.
-    #[serde(default)]
     pub settings: Option<toml::Table>,
     /// What the plugin may read beyond its subscriptions, and write.
-    #[serde(default)]
     pub grants: Grants,
     /// The SHA-256 of the only content that may load under this name (64 lowercase hex
     /// digits), as Kubewarden pins policies by digest; any other file of this name is
     /// refused.
-    #[serde(default)]
     pub sha256: Option<String>,
+    /// Limits of this plugin's own, over `[defaults]`.
+    pub limits: Limits,
+}
+
+/// Written by hand rather than with `#[serde(flatten)]`, which cannot refuse unknown keys:
+/// a misspelt limit must not pass silently.
+impl TryFrom<toml::Table> for PluginConfig {
+    type Error = String;
+
+    fn try_from(mut table: toml::Table) -> Result<Self, String> {
+        let settings = table
+            .remove("settings")
+            .map(toml::Value::try_into)
+            .transpose()
+            .map_err(|e| format!("settings: {e}"))?;
+        let grants = table
+            .remove("grants")
+            .map(toml::Value::try_into)
+            .transpose()
+            .map_err(|e| format!("grants: {e}"))?
+            .unwrap_or_default();
+        let sha256 = table
+            .remove("sha256")
+            .map(toml::Value::try_into)
+            .transpose()
+            .map_err(|e| format!("sha256: {e}"))?;
+        let limits = toml::Value::Table(table).try_into().map_err(|e| {
+            format!("{e}; besides these limits, a plugin's section holds `settings`, `grants` and `sha256`")
+        })?;
+        Ok(Self {
+            settings,
+            grants,
+            sha256,
+            limits,
+        })
+    }
 }
 
 /// Grants, with resource types written `apiVersion/Kind` (`v1/Secret`, `apps/v1/Deployment`).
@@ -166,8 +193,9 @@ impl Config {
     /// what is wrong where (the TOML parser's line and column, or the key).
     pub fn parse(text: &str) -> Result<Self, String> {
         let config: Self = toml::from_str(text).map_err(|e| e.to_string())?;
-        config.defaults.check()?;
+        config.defaults.check("[defaults]")?;
         for (name, plugin) in &config.plugins {
+            plugin.limits.check(&format!("[plugins.{name}]"))?;
             if let Some(digest) = &plugin.sha256 {
                 let hex = digest.len() == 64
                     && digest
@@ -185,30 +213,10 @@ impl Config {
     }
 }
 
-impl PluginDefaults {
-    /// The largest memory limit: a 32-bit linear memory holds at most 4 GiB.
-    pub const MAX_MEMORY_LIMIT_MIB: u32 = 4096;
-
-    /// Refuses limits no plugin could run under: zero memory, a zero deadline, empty
-    /// batches, or more memory than a plugin can address.
-    fn check(&self) -> Result<(), String> {
-        for (key, value) in [
-            ("memory_limit_mib", u64::from(self.memory_limit_mib)),
-            ("call_deadline_ms", self.call_deadline_ms),
-            ("batch_size", u64::from(self.batch_size)),
-        ] {
-            if value == 0 {
-                return Err(format!("[defaults] {key} is 0; it must be at least 1"));
-            }
-        }
-        if self.memory_limit_mib > Self::MAX_MEMORY_LIMIT_MIB {
-            return Err(format!(
-                "[defaults] memory_limit_mib is {}; at most {} (a plugin addresses 4 GiB)",
-                self.memory_limit_mib,
-                Self::MAX_MEMORY_LIMIT_MIB
-            ));
-        }
-        Ok(())
+impl Config {
+    /// The limits of the plugin named `name`: its section's keys over `[defaults]`.
+    pub fn limits_of(&self, name: &str) -> SandboxLimits {
+        Limits::resolve(self.plugins.get(name).map(|p| &p.limits), &self.defaults)
     }
 }
 
@@ -243,7 +251,9 @@ mod tests {
             .collect();
         let config: Config = toml::from_str(&example).unwrap();
         assert_eq!(config.host.namespace.as_deref(), Some("team-a"));
-        assert_eq!(config.defaults.batch_size, 64);
+        assert_eq!(config.limits_of("label-audit").memory_limit_mib, 128);
+        // The example's [defaults] are the built-in values.
+        assert_eq!(config.limits_of("other"), SandboxLimits::BUILT_IN);
         let audit = &config.plugins["label-audit"];
         assert!(
             audit
@@ -266,10 +276,29 @@ mod tests {
 
     #[test]
     fn defaults_left_out_keep_their_values() {
-        let config: Config = toml::from_str("[defaults]\ncall_deadline_ms = 300\n").unwrap();
-        assert_eq!(config.defaults.call_deadline_ms, 300);
-        assert_eq!(config.defaults.memory_limit_mib, 64);
-        assert_eq!(config.defaults.batch_size, 64);
+        let config = Config::parse("[defaults]\ncall_deadline_ms = 300\n").unwrap();
+        let limits = config.limits_of("any");
+        assert_eq!(limits.call_deadline_ms, 300);
+        assert_eq!(limits.memory_limit_mib, 64);
+    }
+
+    #[test]
+    fn a_plugins_section_overrides_defaults_and_refuses_unknown_keys() {
+        let config = Config::parse(
+            "[defaults]\nwrite_qps = 5.0\n[plugins.a]\nwrite_qps = 50.0\nmax_reconcile_workers = 2\n",
+        )
+        .unwrap();
+        let a = config.limits_of("a");
+        assert_eq!((a.write_qps, a.max_reconcile_workers), (50.0, 2));
+        assert_eq!(config.limits_of("b").write_qps, 5.0);
+        let error = Config::parse("[plugins.a]\nmemory_limit_mb = 128\n").unwrap_err();
+        assert!(
+            error.contains("memory_limit_mb")
+                && error.contains("`settings`, `grants` and `sha256`"),
+            "{error}"
+        );
+        let error = Config::parse("[plugins.a]\nwrite_burst = 0\n").unwrap_err();
+        assert!(error.starts_with("[plugins.a] write_burst is 0"), "{error}");
     }
 
     #[test]

@@ -149,14 +149,42 @@ pub enum IndexSource {
     Path(IndexPath),
 }
 
-/// The most subscriptions a plugin may declare: 32. Each one is an informer handler (and
-/// often an informer of its own, with a watch on the API server); the example plugins use
-/// one to three.
+/// The most subscriptions a plugin may declare by default (`max_subscriptions`): 32. Each
+/// one is an informer handler (and often an informer of its own, with a watch on the API
+/// server); the example plugins use one to three.
 pub const MAX_SUBSCRIPTIONS: usize = 32;
 
-/// The most custom indexes a plugin may declare: 32. Every index is evaluated on every
-/// change of its resource, for every plugin's sake, on the informer's own task.
+/// The most custom indexes a plugin may declare by default (`max_indexes`): 32. Every index is
+/// evaluated on every change of its resource, for every plugin's sake, on the informer's own
+/// task.
 pub const MAX_INDEXES: usize = 32;
+
+/// The most reconcile workers a plugin may ask for by default: 16, more than a host's cores
+/// can run at once (`max_reconcile_workers` in the configuration).
+pub const MAX_RECONCILE_WORKERS: usize = 16;
+
+/// What the host's configuration lets a plugin describe: how many subscriptions, indexes and
+/// reconcile workers (`max_subscriptions`, `max_indexes`, `max_reconcile_workers`). The
+/// default is the built-in bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DescriptionBounds {
+    /// The most subscriptions.
+    pub subscriptions: usize,
+    /// The most custom indexes.
+    pub indexes: usize,
+    /// The most reconcile workers.
+    pub reconcile_workers: usize,
+}
+
+impl Default for DescriptionBounds {
+    fn default() -> Self {
+        Self {
+            subscriptions: MAX_SUBSCRIPTIONS,
+            indexes: MAX_INDEXES,
+            reconcile_workers: MAX_RECONCILE_WORKERS,
+        }
+    }
+}
 
 /// The most resource types a plugin may list in `reads`, and in `writes`: 64 each, more
 /// than the built-in types a controller could reasonably touch.
@@ -233,13 +261,23 @@ pub enum DescriptionError {
     #[error("subscriptions: describe() returned none; a plugin watches at least one type")]
     NoSubscription,
     /// A list has more entries than its bound.
-    #[error("{field}: {count} entries; at most {limit}")]
+    #[error("{field}: {count} entries; at most {limit}{}", set_by(*.setting))]
     TooMany {
         /// The list: `subscriptions`, `indexes`, `reads` or `writes`.
         field: &'static str,
         /// How many it has.
         count: usize,
         /// Its bound.
+        limit: usize,
+        /// The configuration key that sets the bound, if one does.
+        setting: Option<&'static str>,
+    },
+    /// More reconcile workers than the configuration allows.
+    #[error("delivery: {workers} reconcile workers; at most {limit} (max_reconcile_workers)")]
+    TooManyWorkers {
+        /// How many it asked for.
+        workers: usize,
+        /// The bound.
         limit: usize,
     },
     /// A string is longer than [`MAX_TEXT`].
@@ -315,12 +353,23 @@ fn is_dns_label(name: &str) -> bool {
         && !name.ends_with('-')
 }
 
-fn check_count(field: &'static str, count: usize, limit: usize) -> Result<(), DescriptionError> {
+/// ` (KEY)` for a bound the configuration sets.
+fn set_by(setting: Option<&'static str>) -> String {
+    setting.map(|key| format!(" ({key})")).unwrap_or_default()
+}
+
+fn check_count(
+    field: &'static str,
+    count: usize,
+    limit: usize,
+    setting: Option<&'static str>,
+) -> Result<(), DescriptionError> {
     if count > limit {
         return Err(DescriptionError::TooMany {
             field,
             count,
             limit,
+            setting,
         });
     }
     Ok(())
@@ -388,8 +437,11 @@ fn check_subscription(index: usize, s: &SubscriptionSpec) -> Result<(), Descript
 }
 
 impl Description {
-    /// Converts and checks what a plugin's `describe()` returned.
-    pub(crate) fn from_guest(raw: guest::Description) -> Result<Self, DescriptionError> {
+    /// Converts and checks what a plugin's `describe()` returned, within `bounds`.
+    pub(crate) fn from_guest(
+        raw: guest::Description,
+        bounds: &DescriptionBounds,
+    ) -> Result<Self, DescriptionError> {
         let gvk = Gvk::from;
         let subscriptions = raw
             .subscriptions
@@ -442,27 +494,33 @@ impl Description {
                 (gvk(w.resource_type), verbs)
             })
             .collect();
-        Self::check(RawDescription {
-            name: raw.name,
-            version: raw.version,
-            subscriptions,
-            delivery: match raw.delivery {
-                guest::Delivery::Events => Delivery::Events,
-                guest::Delivery::Reconcile(n) => Delivery::Reconcile {
-                    workers: n as usize,
+        Self::check(
+            RawDescription {
+                name: raw.name,
+                version: raw.version,
+                subscriptions,
+                delivery: match raw.delivery {
+                    guest::Delivery::Events => Delivery::Events,
+                    guest::Delivery::Reconcile(n) => Delivery::Reconcile {
+                        workers: n as usize,
+                    },
                 },
+                indexes,
+                reads: raw.reads.into_iter().map(gvk).collect(),
+                writes,
             },
-            indexes,
-            reads: raw.reads.into_iter().map(gvk).collect(),
-            writes,
-        })
+            bounds,
+        )
     }
 
-    /// Checks a raw description against the contract of [`Description`] and the bounds
-    /// ([`MAX_SUBSCRIPTIONS`], [`MAX_INDEXES`], [`MAX_RESOURCES`], [`MAX_TEXT`]); drops
-    /// empty namespaces and selectors and merges duplicate verbs. Counts are checked before
-    /// anything is looked at one by one.
-    pub fn check(raw: RawDescription) -> Result<Self, DescriptionError> {
+    /// Checks a raw description against the contract of [`Description`], `bounds` and the
+    /// fixed bounds ([`MAX_RESOURCES`], [`MAX_TEXT`]); drops empty namespaces and selectors
+    /// and merges duplicate verbs. Counts are checked before anything is looked at one by
+    /// one.
+    pub fn check(
+        raw: RawDescription,
+        bounds: &DescriptionBounds,
+    ) -> Result<Self, DescriptionError> {
         if !is_dns_label(&raw.name) {
             return Err(DescriptionError::InvalidName(raw.name));
         }
@@ -470,10 +528,28 @@ impl Description {
         if raw.subscriptions.is_empty() {
             return Err(DescriptionError::NoSubscription);
         }
-        check_count("subscriptions", raw.subscriptions.len(), MAX_SUBSCRIPTIONS)?;
-        check_count("indexes", raw.indexes.len(), MAX_INDEXES)?;
-        check_count("reads", raw.reads.len(), MAX_RESOURCES)?;
-        check_count("writes", raw.writes.len(), MAX_RESOURCES)?;
+        check_count(
+            "subscriptions",
+            raw.subscriptions.len(),
+            bounds.subscriptions,
+            Some("max_subscriptions"),
+        )?;
+        check_count(
+            "indexes",
+            raw.indexes.len(),
+            bounds.indexes,
+            Some("max_indexes"),
+        )?;
+        check_count("reads", raw.reads.len(), MAX_RESOURCES, None)?;
+        check_count("writes", raw.writes.len(), MAX_RESOURCES, None)?;
+        if let Delivery::Reconcile { workers } = raw.delivery
+            && workers > bounds.reconcile_workers
+        {
+            return Err(DescriptionError::TooManyWorkers {
+                workers,
+                limit: bounds.reconcile_workers,
+            });
+        }
         for (index, s) in raw.subscriptions.iter().enumerate() {
             check_subscription(index, s)?;
         }
@@ -615,7 +691,9 @@ mod tests {
     }
 
     fn refusal(raw: RawDescription) -> String {
-        Description::check(raw).unwrap_err().to_string()
+        Description::check(raw, &DescriptionBounds::default())
+            .unwrap_err()
+            .to_string()
     }
 
     #[test]
@@ -623,7 +701,7 @@ mod tests {
         let mut raw = raw();
         raw.subscriptions[0].namespace = Some(String::new());
         raw.subscriptions[0].label_selector = Some(String::new());
-        let checked = Description::check(raw).unwrap();
+        let checked = Description::check(raw, &DescriptionBounds::default()).unwrap();
         assert_eq!(checked.delivery, Delivery::Reconcile { workers: 1 });
         assert_eq!(checked.subscriptions[0].namespace, None);
         assert_eq!(checked.subscriptions[0].label_selector, None);
@@ -637,7 +715,7 @@ mod tests {
         assert_eq!(
             refusal(many),
             format!(
-                "subscriptions: {} entries; at most {MAX_SUBSCRIPTIONS}",
+                "subscriptions: {} entries; at most {MAX_SUBSCRIPTIONS} (max_subscriptions)",
                 MAX_SUBSCRIPTIONS + 1
             )
         );
@@ -648,7 +726,7 @@ mod tests {
         assert_eq!(
             refusal(many),
             format!(
-                "indexes: {} entries; at most {MAX_INDEXES}",
+                "indexes: {} entries; at most {MAX_INDEXES} (max_indexes)",
                 MAX_INDEXES + 1
             )
         );
@@ -660,7 +738,36 @@ mod tests {
         assert!(refusal(many).starts_with("writes: 65 entries; at most 64"));
         let mut fits = raw();
         fits.subscriptions = vec![subscription(pods()); MAX_SUBSCRIPTIONS];
-        assert!(Description::check(fits).is_ok());
+        assert!(Description::check(fits, &DescriptionBounds::default()).is_ok());
+    }
+
+    /// Issue 19: `reconcile(4294967295)` asked for four billion workers; the bounds come
+    /// from the configuration, and a description past them is refused naming the key.
+    #[test]
+    fn the_configured_bounds_hold() {
+        let mut greedy = raw();
+        greedy.delivery = Delivery::Reconcile {
+            workers: u32::MAX as usize,
+        };
+        assert_eq!(
+            refusal(greedy),
+            "delivery: 4294967295 reconcile workers; at most 16 (max_reconcile_workers)"
+        );
+        let tight = DescriptionBounds {
+            subscriptions: 1,
+            indexes: 0,
+            reconcile_workers: 2,
+        };
+        let mut two = raw();
+        two.subscriptions.push(subscription(pods()));
+        let error = Description::check(two, &tight).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "subscriptions: 2 entries; at most 1 (max_subscriptions)"
+        );
+        let mut three = raw();
+        three.delivery = Delivery::Reconcile { workers: 3 };
+        assert!(Description::check(three, &tight).is_err());
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! - nothing is deserialized from anywhere but the runtime's own artefact cache.
 
 mod bindings;
+mod budget;
 mod convert;
 pub mod description;
 pub mod driver;
@@ -34,12 +35,16 @@ mod state;
 pub mod status;
 pub mod view;
 
-pub use description::{Delivery, Description, KeyMapping, MetaFields, SubscriptionSpec};
+pub use description::{
+    Delivery, Description, DescriptionBounds, KeyMapping, MetaFields, SubscriptionSpec,
+};
 pub use driver::{DriverControl, DriverError};
 pub use engine::{Allocator, CompileSource, EngineError, Live, Runtime, RuntimeConfig};
 pub use host::{HostCallError, HostCalls};
 pub use kubeplug_policy::{Grants, Gvk, WriteVerb};
 pub use observer::{CallObserver, CallRecord, Observed, ReconcileCall};
-pub use plugin::{CallError, LoadError, Plugin, PluginInstance, PluginLimits, PluginSpec};
+pub use plugin::{
+    CallError, LoadError, Plugin, PluginInstance, PluginLimits, PluginSpec, WriteRate,
+};
 pub use status::{PluginMetrics, PluginStats, PluginStatus, RunState};
 pub use view::{CacheView, ClusterWriter, IndexerMap, NoCluster, ObjectRef, Write, WriteError};

@@ -13,25 +13,40 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 
 use crate::Grants;
 use crate::bindings::{self, guest, wit};
-use crate::description::{Description, DescriptionError};
+use crate::description::{Description, DescriptionBounds, DescriptionError};
 use crate::engine::{CompileSource, LiveToken, Runtime};
 use crate::grants::{self, Policy};
 use crate::gvk::Gvk;
 use crate::index::informer_spec;
 use crate::observer::{CallRecord, PluginObserver, ReconcileCall};
-use crate::state::{HostContext, LogBudget, StoreState};
+use crate::state::{HostContext, LogBudget, StoreState, write_budget};
 use crate::status::{PluginMetrics, PluginStats, PluginStatus};
 use crate::view::{CacheView, ClusterWriter, ObjectRef};
 
-/// Per-plugin limits and fault handling.
+/// Per-plugin limits and fault handling. The first group is what the host's configuration
+/// sets (`[defaults]`, `[plugins.NAME]`); the second how failures are handled.
 #[derive(Debug, Clone)]
 pub struct PluginLimits {
     /// Linear memory cap per instance (default 64 MiB); growing past it fails.
     pub max_memory: usize,
-    /// Wall-clock budget of one call (default 1 s); past it the call traps.
+    /// Wall-clock budget of one call (default 1 s); past it the call traps. Time spent
+    /// waiting for the write rate does not count.
     pub call_deadline: Duration,
     /// Events per `handle-events` call (default 64).
     pub batch_size: usize,
+    /// What the plugin may describe: subscriptions, indexes and reconcile workers.
+    pub description: DescriptionBounds,
+    /// The shortest resync period a subscription gets (default 30 s); a shorter one is
+    /// raised to it at load.
+    pub min_resync_period: Duration,
+    /// Core instances per plugin instance (default 32).
+    pub max_instances: usize,
+    /// Elements of one WebAssembly table (default 10,000).
+    pub max_table_elements: usize,
+    /// WASI resources an instance may hold at once (default 4,096).
+    pub max_wasi_resources: usize,
+    /// Cluster writes: their average rate and burst (default 20 per second, 30 at once).
+    pub writes: WriteRate,
     /// Attempts per events-mode batch before it is skipped (default 3).
     pub attempts: u32,
     /// First retry delay of a failed batch, doubling (default 100 ms).
@@ -44,12 +59,30 @@ pub struct PluginLimits {
     pub quarantine_backoff_max: Duration,
 }
 
+/// A rate of cluster writes: `per_second` on average, up to `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WriteRate {
+    /// Writes per second, on average.
+    pub per_second: f64,
+    /// Writes at once above the average.
+    pub burst: u32,
+}
+
 impl Default for PluginLimits {
     fn default() -> Self {
         Self {
             max_memory: 64 << 20,
             call_deadline: Duration::from_secs(1),
             batch_size: 64,
+            description: DescriptionBounds::default(),
+            min_resync_period: Duration::from_secs(30),
+            max_instances: 32,
+            max_table_elements: 10_000,
+            max_wasi_resources: 4096,
+            writes: WriteRate {
+                per_second: 20.0,
+                burst: 30,
+            },
             attempts: 3,
             retry_backoff: Duration::from_millis(100),
             max_consecutive_failures: 5,
@@ -164,7 +197,22 @@ pub enum CallError {
         /// The budget.
         deadline: Duration,
     },
-    /// Trapped (panic, unreachable, out of memory, bad host-call arguments...).
+    /// Trapped after its memory cap refused a growth: out of memory.
+    #[error(
+        "plugin {plugin}: {call} trapped after its memory cap of {cap_mib} MiB refused to \
+         grow it (memory_limit_mib): {cause}"
+    )]
+    MemoryCap {
+        /// The plugin.
+        plugin: String,
+        /// The export.
+        call: &'static str,
+        /// The cap, MiB.
+        cap_mib: usize,
+        /// The trap.
+        cause: String,
+    },
+    /// Trapped (panic, unreachable, bad host-call arguments...).
     #[error("plugin {plugin}: {call} trapped: {cause}")]
     Trapped {
         /// The plugin.
@@ -257,6 +305,7 @@ impl Runtime {
             stats: stats.clone(),
             indexes: BTreeMap::new(),
             log_budget: Arc::new(Mutex::new(LogBudget::new())),
+            write_budget: Mutex::new(write_budget(&spec.limits)),
             observer: self.config.observer.clone().map(PluginObserver::new),
         });
         let start_failed = |stage, e: CallError| LoadError::StartFailed {
@@ -283,11 +332,27 @@ impl Runtime {
             .await
             .map_err(|e| start_failed("describe", e))?;
         drop(instance);
-        let description =
-            Description::from_guest(raw).map_err(|source| LoadError::InvalidDescription {
-                path: path.clone(),
-                source: Box::new(source),
+        let mut description =
+            Description::from_guest(raw, &spec.limits.description).map_err(|source| {
+                LoadError::InvalidDescription {
+                    path: path.clone(),
+                    source: Box::new(source),
+                }
             })?;
+        // As client-go clamps a handler's resync period: a resync replays the whole cache
+        // to every handler of the informer.
+        let floor = spec.limits.min_resync_period;
+        for (index, subscription) in description.subscriptions.iter_mut().enumerate() {
+            if let Some(period) = subscription.resync_period
+                && period < floor
+            {
+                tracing::warn!(
+                    plugin = %description.name, subscription = index, asked = ?period, raised_to = ?floor,
+                    "resync period raised to the configured minimum (min_resync_period_s)"
+                );
+                subscription.resync_period = Some(floor);
+            }
+        }
         let shortfall = grants::shortfall(&spec.grants, &description);
         if !shortfall.is_empty() {
             tracing::warn!(
@@ -321,6 +386,7 @@ impl Runtime {
             stats,
             indexes,
             log_budget: Arc::new(Mutex::new(LogBudget::new())),
+            write_budget: Mutex::new(write_budget(&spec.limits)),
             observer: self.config.observer.clone().map(PluginObserver::new),
         });
         tracing::info!(
@@ -460,7 +526,7 @@ impl PluginInstance {
     ) -> Result<Self, CallError> {
         let plugin = host.plugin.clone();
         PluginStats::add(&host.stats.instances_created, 1);
-        let mut store = Store::new(&runtime.engine, StoreState::new(host, limits.max_memory));
+        let mut store = Store::new(&runtime.engine, StoreState::new(host, limits));
         store.limiter(|state| &mut state.limits);
         store.epoch_deadline_callback(|ctx| {
             if Instant::now() >= ctx.data().deadline {
@@ -473,7 +539,7 @@ impl PluginInstance {
         store.data_mut().deadline = this_deadline;
         store.set_epoch_deadline(1);
         let bindings = pre.instantiate_async(&mut store).await;
-        let bindings = classify(&plugin, "instantiate", limits.call_deadline, bindings)?;
+        let bindings = classify(&plugin, "instantiate", limits.call_deadline, None, bindings)?;
         this_deadline = Instant::now();
         store.data_mut().deadline = this_deadline;
         Ok(Self {
@@ -491,14 +557,19 @@ impl PluginInstance {
         self.store.data().limits.linear_memory
     }
 
-    /// Starts a call's clock.
+    /// Starts a call's clock, and its write waits and memory refusals from nothing.
     fn arm(&mut self) {
-        self.store.data_mut().deadline = Instant::now() + self.deadline;
+        let state = self.store.data_mut();
+        state.deadline = Instant::now() + self.deadline;
+        state.write_wait = Duration::ZERO;
+        state.limits.refused_memory = false;
         self.store.set_epoch_deadline(1);
     }
 
     fn finish<T>(&self, call: &'static str, result: wasmtime::Result<T>) -> Result<T, CallError> {
-        classify(&self.plugin, call, self.deadline, result)
+        let limits = &self.store.data().limits;
+        let memory_cap = limits.refused_memory.then_some(limits.max_memory);
+        classify(&self.plugin, call, self.deadline, memory_cap, result)
     }
 
     pub(crate) async fn init(&mut self, settings: &str) -> Result<Result<(), String>, CallError> {
@@ -600,20 +671,28 @@ impl PluginInstance {
     }
 }
 
-/// A wasmtime error from a call, as a [`CallError`].
+/// A wasmtime error from a call, as a [`CallError`]; `memory_cap` is the cap when the call
+/// had a memory growth refused, which a trap that follows is blamed on.
 fn classify<T>(
     plugin: &str,
     call: &'static str,
     deadline: Duration,
+    memory_cap: Option<usize>,
     result: wasmtime::Result<T>,
 ) -> Result<T, CallError> {
-    result.map_err(|e| match e.downcast_ref::<Trap>() {
-        Some(Trap::Interrupt) => CallError::DeadlineExceeded {
+    result.map_err(|e| match (e.downcast_ref::<Trap>(), memory_cap) {
+        (Some(Trap::Interrupt), _) => CallError::DeadlineExceeded {
             plugin: plugin.to_owned(),
             call,
             deadline,
         },
-        _ => CallError::Trapped {
+        (_, Some(cap)) => CallError::MemoryCap {
+            plugin: plugin.to_owned(),
+            call,
+            cap_mib: cap >> 20,
+            cause: format!("{e:#}"),
+        },
+        (_, None) => CallError::Trapped {
             plugin: plugin.to_owned(),
             call,
             cause: format!("{e:#}"),

@@ -6,7 +6,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use kubeplug_policy::names::printable;
 use tokio::io::AsyncWrite;
@@ -15,9 +15,11 @@ use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use crate::budget::TokenBucket;
 use crate::grants::Policy;
 use crate::gvk::Gvk;
 use crate::observer::{CallRecord, CurrentCall, PluginObserver, ReconcileCall};
+use crate::plugin::PluginLimits;
 use crate::status::{PluginMetrics, PluginStats};
 use crate::view::{CacheView, ClusterWriter};
 
@@ -39,6 +41,9 @@ pub(crate) struct HostContext {
     pub(crate) indexes: BTreeMap<(Gvk, String), String>,
     /// Shared by `log` and captured stdout/stderr.
     pub(crate) log_budget: Arc<Mutex<LogBudget>>,
+    /// Its cluster writes' rate, shared by its instances (a std mutex: held only to
+    /// reserve a token).
+    pub(crate) write_budget: Mutex<TokenBucket>,
     /// Who is told what the plugin does; `None` under `run`.
     pub(crate) observer: Option<PluginObserver>,
 }
@@ -56,15 +61,12 @@ impl HostContext {
     }
 }
 
-/// A token bucket for one plugin's log records (`log` calls and stdout/stderr lines
-/// together): [`RATE`](Self::RATE) per second, bursts of [`BURST`](Self::BURST). A record
-/// over the budget is dropped and counted; the next record that gets through carries the
-/// count (`dropped`).
+/// One plugin's log records (`log` calls and stdout/stderr lines together), paced:
+/// [`RATE`](Self::RATE) per second, bursts of [`BURST`](Self::BURST). A record over the budget
+/// is dropped and counted; the next record that gets through carries the count (`dropped`).
 #[derive(Debug)]
 pub(crate) struct LogBudget {
-    /// Invariant: between 0 and `BURST`.
-    tokens: f64,
-    last: Instant,
+    bucket: TokenBucket,
     /// Records dropped since the last one that got through.
     dropped: u64,
 }
@@ -78,30 +80,25 @@ impl LogBudget {
     const BURST: f64 = 200.0;
 
     pub(crate) fn new() -> Self {
-        Self::starting_at(Instant::now())
+        Self::starting_at(Instant::now().into())
     }
 
     /// A full budget at `now`.
-    fn starting_at(now: Instant) -> Self {
+    fn starting_at(now: tokio::time::Instant) -> Self {
         Self {
-            tokens: Self::BURST,
-            last: now,
+            bucket: TokenBucket::new(Self::RATE, Self::BURST, now),
             dropped: 0,
         }
     }
 
     /// Takes a token: `Some(dropped before this one)` if the record may be logged.
     pub(crate) fn take(&mut self) -> Option<u64> {
-        self.take_at(Instant::now())
+        self.take_at(Instant::now().into())
     }
 
     /// [`take`](Self::take) at `now` (not before the previous call's `now`).
-    fn take_at(&mut self, now: Instant) -> Option<u64> {
-        let refill = now.duration_since(self.last).as_secs_f64() * Self::RATE;
-        self.tokens = (self.tokens + refill).min(Self::BURST);
-        self.last = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
+    fn take_at(&mut self, now: tokio::time::Instant) -> Option<u64> {
+        if self.bucket.try_take(now) {
             Some(std::mem::take(&mut self.dropped))
         } else {
             self.dropped += 1;
@@ -110,6 +107,21 @@ impl LogBudget {
     }
 }
 
+/// A full write budget for a plugin with `limits`.
+pub(crate) fn write_budget(limits: &PluginLimits) -> TokenBucket {
+    let rate = &limits.writes;
+    TokenBucket::new(
+        rate.per_second,
+        f64::from(rate.burst),
+        tokio::time::Instant::now(),
+    )
+}
+
+/// The longest a call may wait in all for its write rate before a write fails with
+/// `unavailable`: a plugin that keeps writing faster than its rate is told, rather than kept
+/// in one call for ever.
+pub(crate) const MAX_WRITE_WAIT: Duration = Duration::from_secs(30);
+
 /// The data of one plugin instance's store.
 pub(crate) struct StoreState {
     wasi: WasiCtx,
@@ -117,6 +129,9 @@ pub(crate) struct StoreState {
     pub(crate) limits: MeteredLimits,
     /// When the current call must have returned.
     pub(crate) deadline: Instant,
+    /// How long the current call has waited for its write rate: not counted against the
+    /// deadline, but bounded ([`MAX_WRITE_WAIT`]).
+    pub(crate) write_wait: Duration,
     /// The reconcile call in progress, for the observer.
     pub(crate) current_call: CurrentCall,
     pub(crate) host: Arc<HostContext>,
@@ -133,8 +148,9 @@ impl WasiView for StoreState {
 
 impl StoreState {
     /// A store for `host`'s plugin: WASI with no preopened directory, an empty environment,
-    /// no network, stdout/stderr into tracing; memory capped at `max_memory`.
-    pub(crate) fn new(host: Arc<HostContext>, max_memory: usize) -> Self {
+    /// no network, stdout/stderr into tracing; memory, core instances, table elements and
+    /// WASI resources capped by `limits`.
+    pub(crate) fn new(host: Arc<HostContext>, limits: &PluginLimits) -> Self {
         let current_call = CurrentCall::default();
         let wasi = WasiCtxBuilder::new()
             .stdout(Capture::new(&host, &current_call, "stdout"))
@@ -144,21 +160,27 @@ impl StoreState {
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }))
             .build();
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(max_memory)
-            .instances(32)
+        let store_limits = StoreLimitsBuilder::new()
+            .memory_size(limits.max_memory)
+            .instances(limits.max_instances)
             .tables(32)
+            .table_elements(limits.max_table_elements)
             .memories(8)
             .trap_on_grow_failure(false)
             .build();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(limits.max_wasi_resources);
         Self {
             wasi,
-            table: ResourceTable::new(),
+            table,
             limits: MeteredLimits {
-                limits,
+                limits: store_limits,
+                max_memory: limits.max_memory,
                 linear_memory: 0,
+                refused_memory: false,
             },
             deadline: Instant::now(),
+            write_wait: Duration::ZERO,
             current_call,
             host,
         }
@@ -171,6 +193,11 @@ impl StoreState {
 /// wasmtime reports them, as it asks before creating or growing each.
 pub(crate) struct MeteredLimits {
     limits: StoreLimits,
+    /// The memory cap, for the message of a trap it caused.
+    pub(crate) max_memory: usize,
+    /// Whether a memory growth was refused since the last call began: a trap that follows
+    /// is most likely the guest's reaction to it.
+    pub(crate) refused_memory: bool,
     /// Bytes of linear memory granted, summed over the instance's memories. A granted growth
     /// that then fails to map is still counted (wasmtime does not say by how much it failed).
     pub(crate) linear_memory: usize,
@@ -186,6 +213,8 @@ impl ResourceLimiter for MeteredLimits {
         let granted = self.limits.memory_growing(current, desired, maximum)?;
         if granted {
             self.linear_memory += desired.saturating_sub(current);
+        } else {
+            self.refused_memory = true;
         }
         Ok(granted)
     }
@@ -320,13 +349,11 @@ impl AsyncWrite for Capture {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     #[test]
     fn the_log_budget_allows_a_burst_then_its_rate_and_counts_the_rest() {
-        let start = Instant::now();
+        let start = tokio::time::Instant::now();
         let mut budget = LogBudget::starting_at(start);
         let burst = LogBudget::BURST as usize;
         let passed = (0..burst + 50)

@@ -1,7 +1,7 @@
 //! Checks for the host configuration file: written by people, templated by deploy tools,
 //! mounted from ConfigMaps; it decides what each plugin may read and write.
 
-use kubeplug_config::{Config, PluginDefaults};
+use kubeplug_config::{Config, SandboxLimits};
 use kubeplug_policy::Gvk;
 
 /// A configuration file's text.
@@ -25,21 +25,40 @@ pub fn config_file(data: &[u8]) {
                 !is_toml
                     || message.starts_with("TOML parse error at line")
                     || message.contains("in `")
-                    || message.starts_with("[defaults] "),
+                    || message.starts_with("[defaults] ")
+                    || message.starts_with("[plugins."),
                 "an error on valid TOML says where: {message}"
             );
             return;
         }
     };
     assert!(is_toml, "accepted text that is not TOML");
-    let defaults = &config.defaults;
-    assert!(
-        defaults.memory_limit_mib >= 1
-            && defaults.memory_limit_mib <= PluginDefaults::MAX_MEMORY_LIMIT_MIB
-            && defaults.call_deadline_ms >= 1
-            && defaults.batch_size >= 1,
-        "{defaults:?}"
-    );
+    // Every plugin's limits, and those of a plugin without a section, are limits a plugin
+    // can run under.
+    let names = config.plugins.keys().map(String::as_str).chain(["-"]);
+    for name in names {
+        let limits = config.limits_of(name);
+        let counts = [
+            u64::from(limits.memory_limit_mib),
+            limits.call_deadline_ms,
+            u64::from(limits.batch_size),
+            u64::from(limits.max_reconcile_workers),
+            limits.min_resync_period_s,
+            u64::from(limits.max_subscriptions),
+            u64::from(limits.max_indexes),
+            u64::from(limits.max_instances),
+            u64::from(limits.max_table_elements),
+            u64::from(limits.max_wasi_resources),
+            u64::from(limits.write_burst),
+        ];
+        assert!(
+            counts.iter().all(|&n| n >= 1)
+                && limits.memory_limit_mib <= SandboxLimits::MAX_MEMORY_LIMIT_MIB
+                && limits.write_qps.is_finite()
+                && limits.write_qps > 0.0,
+            "{name}: {limits:?}"
+        );
+    }
     for (name, plugin) in &config.plugins {
         if let Some(settings) = &plugin.settings {
             let json = serde_json::to_string(settings)

@@ -7,8 +7,9 @@ use std::time::Duration;
 use crate::input::Input;
 use kubeplug_informer::selector::{FieldSelector, LabelSelector};
 use kubeplug_runtime::description::{
-    Delivery, Description, KeyMapping, MAX_INDEXES, MAX_RESOURCES, MAX_SUBSCRIPTIONS, MAX_TEXT,
-    MetaFields, RawDescription, RawIndex, RawIndexSpec, SubscriptionSpec,
+    Delivery, Description, DescriptionBounds, KeyMapping, MAX_INDEXES, MAX_RECONCILE_WORKERS,
+    MAX_RESOURCES, MAX_SUBSCRIPTIONS, MAX_TEXT, MetaFields, RawDescription, RawIndex, RawIndexSpec,
+    SubscriptionSpec,
 };
 use kubeplug_runtime::index::IndexPath;
 use kubeplug_runtime::{Gvk, WriteVerb};
@@ -116,8 +117,9 @@ impl Input<'_> {
             .collect();
         let delivery = match self.byte() % 2 {
             0 => Delivery::Events,
+            // Up to a few past the bound, so that both sides of it are tried.
             _ => Delivery::Reconcile {
-                workers: usize::from(self.byte() % 4),
+                workers: usize::from(self.byte() % 20),
             },
         };
         let indexes = (0..self.count(MAX_INDEXES)).map(|_| self.index()).collect();
@@ -152,7 +154,7 @@ impl Input<'_> {
 pub fn plugin_description(data: &[u8]) {
     let raw = Input::new(data, WORDS, MAX_TEXT).description();
     let problems = reference_problems(&raw);
-    match Description::check(raw.clone()) {
+    match Description::check(raw.clone(), &DescriptionBounds::default()) {
         Ok(description) => {
             assert!(problems.is_empty(), "accepted, with problems {problems:?}");
             assert_eq!(description.name, raw.name);
@@ -270,6 +272,11 @@ fn reference_problems(raw: &RawDescription) -> Vec<String> {
         }
     }
     problems.extend(named_wrong);
+    if let Delivery::Reconcile { workers } = raw.delivery
+        && workers > MAX_RECONCILE_WORKERS
+    {
+        problems.push("delivery".into());
+    }
     if !name_valid {
         problems.push("name".into());
     }

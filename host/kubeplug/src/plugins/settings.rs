@@ -3,10 +3,11 @@
 //! plugin itself.
 
 use std::path::Path;
+use std::time::Duration;
 
-use kubeplug_runtime::PluginLimits;
+use kubeplug_runtime::{DescriptionBounds, PluginLimits, WriteRate};
 
-use crate::config::Config;
+use crate::config::{Config, SandboxLimits};
 
 /// What the configuration gives one plugin file.
 #[derive(Debug, Clone)]
@@ -38,19 +39,38 @@ pub(crate) fn plugin_settings(config: &Config, file: &Path) -> Result<PluginSett
         .transpose()
         .map_err(|e| format!("grants of [plugins.{stem}]: {e}"))?
         .unwrap_or_default();
-    let defaults = &config.defaults;
-    let limits = PluginLimits {
-        max_memory: (defaults.memory_limit_mib as usize) << 20,
-        call_deadline: std::time::Duration::from_millis(defaults.call_deadline_ms),
-        batch_size: defaults.batch_size as usize,
-        ..PluginLimits::default()
-    };
+    let limits = runtime_limits(&config.limits_of(&stem));
     Ok(PluginSettings {
         settings,
         grants,
         limits,
         sha256: section.and_then(|s| s.sha256.clone()),
     })
+}
+
+/// The runtime's form of a plugin's configured limits; how failures are handled stays the
+/// runtime's own.
+fn runtime_limits(configured: &SandboxLimits) -> PluginLimits {
+    let count = |n: u32| n as usize;
+    PluginLimits {
+        max_memory: count(configured.memory_limit_mib) << 20,
+        call_deadline: Duration::from_millis(configured.call_deadline_ms),
+        batch_size: count(configured.batch_size),
+        description: DescriptionBounds {
+            subscriptions: count(configured.max_subscriptions),
+            indexes: count(configured.max_indexes),
+            reconcile_workers: count(configured.max_reconcile_workers),
+        },
+        min_resync_period: Duration::from_secs(configured.min_resync_period_s),
+        max_instances: count(configured.max_instances),
+        max_table_elements: count(configured.max_table_elements),
+        max_wasi_resources: count(configured.max_wasi_resources),
+        writes: WriteRate {
+            per_second: configured.write_qps,
+            burst: configured.write_burst,
+        },
+        ..PluginLimits::default()
+    }
 }
 
 /// `None` when `description_name` is `file`'s stem; else why the file may not load: a file

@@ -186,9 +186,10 @@ mod tests {
 
     use super::*;
     use crate::Grants;
+    use crate::PluginLimits;
     use crate::grants::Policy;
     use crate::host::{MAX_ANSWER, MAX_ARG};
-    use crate::state::{HostContext, LogBudget};
+    use crate::state::{HostContext, LogBudget, write_budget};
     use crate::view::{IndexerMap, NoCluster};
 
     fn config_maps() -> Gvk {
@@ -218,9 +219,10 @@ mod tests {
             stats: Arc::default(),
             indexes: BTreeMap::new(),
             log_budget: Arc::new(Mutex::new(LogBudget::new())),
+            write_budget: Mutex::new(write_budget(&PluginLimits::default())),
             observer: None,
         };
-        StoreState::new(Arc::new(host), 64 << 20)
+        StoreState::new(Arc::new(host), &PluginLimits::default())
     }
 
     fn refusal<T: std::fmt::Debug>(answer: Answer<T>) -> String {

@@ -8,7 +8,7 @@ use crate::bindings::kubeplug::plugin::cluster::{EventSeverity, Host, PatchType}
 use crate::bindings::wit::{Error, Gvk as WitGvk, ObjectRef as WitRef};
 use crate::gvk::Gvk;
 use crate::observer::CallRecord;
-use crate::state::StoreState;
+use crate::state::{MAX_WRITE_WAIT, StoreState};
 use crate::status::PluginStats;
 use crate::view::{self, ObjectRef, Write, WriteError};
 
@@ -115,6 +115,7 @@ impl StoreState {
                 host.plugin
             )));
         }
+        self.pace_write().await?;
         // Copied only for an observer: the writer takes the write.
         let observed = host.observer.as_ref().map(|_| write.clone());
         let result = host.writer.write(&host.plugin, write).await;
@@ -133,6 +134,35 @@ impl StoreState {
             WriteError::Conflict(m) => Error::Conflict(m),
             WriteError::Unavailable(m) => Error::Unavailable(m),
         })
+    }
+}
+
+impl StoreState {
+    /// Waits for the plugin's write rate (`write_qps`, `write_burst`). The wait does not
+    /// count against the call's deadline; a call that would wait more than
+    /// [`MAX_WRITE_WAIT`] in all fails this write with `unavailable` instead.
+    async fn pace_write(&mut self) -> Result<(), Error> {
+        let now = tokio::time::Instant::now();
+        let longest = MAX_WRITE_WAIT.saturating_sub(self.write_wait);
+        let reserved = self
+            .host
+            .write_budget
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .reserve(now, longest);
+        let Some(wait) = reserved else {
+            return Err(Error::Unavailable(format!(
+                "plugin {} writes faster than its write rate allows: this call has waited \
+                 {:?} for it already (write_qps, write_burst)",
+                self.host.plugin, self.write_wait
+            )));
+        };
+        if !wait.is_zero() {
+            self.write_wait += wait;
+            self.deadline += wait;
+            tokio::time::sleep(wait).await;
+        }
+        Ok(())
     }
 }
 

@@ -9,11 +9,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use crate::Grants;
+use crate::PluginLimits;
 use crate::bindings::kubeplug::plugin::{cache as cache_wit, cluster as cluster_wit};
 use crate::bindings::wit;
 use crate::grants::Policy;
 use crate::gvk::Gvk;
-use crate::state::{HostContext, LogBudget, StoreState};
+use crate::state::{HostContext, LogBudget, StoreState, write_budget};
 use crate::view::{CacheView, ClusterWriter, ObjectRef};
 
 /// Longest string argument a host function accepts (keys, names, selectors): 4096 bytes,
@@ -160,10 +161,11 @@ impl HostCalls {
             stats: Arc::default(),
             indexes: BTreeMap::new(),
             log_budget: Arc::new(Mutex::new(LogBudget::new())),
+            write_budget: Mutex::new(write_budget(&PluginLimits::default())),
             observer: None,
         };
         Self {
-            state: StoreState::new(Arc::new(host), 64 << 20),
+            state: StoreState::new(Arc::new(host), &PluginLimits::default()),
         }
     }
 

@@ -172,6 +172,12 @@ async fn hostile_plugins_are_contained_and_the_good_one_sees_everything() -> Res
     );
     let alloc = plugin_of("hostile-alloc");
     assert!(counter(&alloc, "alloc_refused_total") >= 1);
+    // The trap after the cap refused to grow says so (issue 19: it read "unreachable").
+    let trapped = status_of("hostile-alloc").last_error.unwrap_or_default();
+    assert!(
+        trapped.contains("memory cap of 64 MiB refused to grow it"),
+        "{trapped}"
+    );
     assert_eq!(
         counter(&alloc, "alloc_granted_total"),
         0,

@@ -8,6 +8,7 @@ mod examples;
 mod fixtures;
 mod grants;
 mod hostile;
+mod limits;
 mod observer;
 mod polyglot;
 mod reconcile;
