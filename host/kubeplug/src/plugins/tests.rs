@@ -26,6 +26,7 @@ fn guest(name: &str) -> PathBuf {
     let names = [
         "recorder",
         "recorder-v2",
+        "recorder-pods",
         "recorder-unknown-kind",
         "recorder-describe-trap",
         "recorder-describe-slow",
