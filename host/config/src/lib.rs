@@ -6,6 +6,8 @@
 //! [host]
 //! http = "0.0.0.0:8080"
 //! namespace = "team-a"
+//! # Readable only when a plugin's own section names them exactly (this is the default).
+//! sensitive = ["v1/Secret"]
 //!
 //! # Every plugin's sandbox; the values shown are the built-in ones.
 //! [defaults]
@@ -22,6 +24,10 @@
 //! write_qps = 20.0
 //! write_burst = 30
 //!
+//! # Grants every plugin gets besides its own; patterns in `read` only.
+//! [defaults.grants]
+//! read = ["core/*"]
+//!
 //! # Sections are named like the plugin's file: `label-audit.wasm` reads this one.
 //! [plugins.label-audit]
 //! settings = { required_labels = ["app.kubernetes.io/name", "team"] }
@@ -31,20 +37,24 @@
 //! memory_limit_mib = 128
 //!
 //! [plugins.label-audit.grants]
-//! # Types as `apiVersion/Kind`; writes per type, as verbs.
-//! read = ["v1/Secret"]
+//! # Types as `apiVersion/Kind`, or `GROUP/*`, `core/*`, `*`; a plugin reads nothing it is
+//! # not granted, not even what it subscribes to.
+//! read = ["apps/v1/Deployment", "v1/Secret"]
+//! # Writes per type, as verbs.
 //! write = { "apps/v1/Deployment" = ["record-event"], "v1/Pod" = ["record-event"] }
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use kubeplug_policy::{Gvk, WriteVerb};
+use kubeplug_policy::Gvk;
 use serde::Deserialize;
 
+mod grants;
 mod limits;
 
+pub use grants::{DEFAULT_SENSITIVE, Grants};
 pub use limits::{Limits, SandboxLimits};
 
 /// Why the configuration could not be used.
@@ -76,9 +86,9 @@ pub struct Config {
     /// Host settings; flags override them.
     #[serde(default)]
     pub host: HostConfig,
-    /// Limits every plugin gets unless its own section says otherwise.
+    /// Limits and grants every plugin gets unless its own section says otherwise.
     #[serde(default)]
-    pub defaults: Limits,
+    pub defaults: DefaultsConfig,
     /// Per plugin, by the name its `describe()` returns.
     #[serde(default)]
     pub plugins: BTreeMap<String, PluginConfig>,
@@ -90,8 +100,50 @@ pub struct Config {
 pub struct HostConfig {
     /// Address of the HTTP server.
     pub http: Option<SocketAddr>,
-    /// Watch only this namespace.
+    /// Watch only this namespace; plugins read and write only there too.
     pub namespace: Option<String>,
+    /// Types only a plugin's own exact read grant opens (default [`DEFAULT_SENSITIVE`]).
+    pub sensitive: Option<Vec<String>>,
+}
+
+impl HostConfig {
+    /// The sensitive types; an error names the entry that is not a type.
+    pub fn sensitive_types(&self) -> Result<BTreeSet<Gvk>, String> {
+        match &self.sensitive {
+            Some(types) => types
+                .iter()
+                .map(|text| grants::exact_type(text).map_err(|e| format!("[host] sensitive: {e}")))
+                .collect(),
+            None => Ok(DEFAULT_SENSITIVE
+                .iter()
+                .map(|text| Gvk::parse(text).expect("the defaults are types"))
+                .collect()),
+        }
+    }
+}
+
+/// `[defaults]`: the limits every plugin gets, and `[defaults.grants]`, the grants every
+/// plugin gets besides its own.
+#[derive(Debug, Default, Deserialize)]
+#[serde(try_from = "toml::Table")]
+pub struct DefaultsConfig {
+    /// The limits.
+    pub limits: Limits,
+    /// The grants.
+    pub grants: Grants,
+}
+
+/// Written by hand, as [`PluginConfig`]'s: unknown keys are refused.
+impl TryFrom<toml::Table> for DefaultsConfig {
+    type Error = String;
+
+    fn try_from(mut table: toml::Table) -> Result<Self, String> {
+        let grants = take(&mut table, "grants")?.unwrap_or_default();
+        let limits = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e| format!("{e}; besides these limits, [defaults] holds `grants`"))?;
+        Ok(Self { limits, grants })
+    }
 }
 
 /// `[plugins.NAME]`: its settings, grants, pin, and the limits of `[defaults]` it overrides.
@@ -116,22 +168,9 @@ impl TryFrom<toml::Table> for PluginConfig {
     type Error = String;
 
     fn try_from(mut table: toml::Table) -> Result<Self, String> {
-        let settings = table
-            .remove("settings")
-            .map(toml::Value::try_into)
-            .transpose()
-            .map_err(|e| format!("settings: {e}"))?;
-        let grants = table
-            .remove("grants")
-            .map(toml::Value::try_into)
-            .transpose()
-            .map_err(|e| format!("grants: {e}"))?
-            .unwrap_or_default();
-        let sha256 = table
-            .remove("sha256")
-            .map(toml::Value::try_into)
-            .transpose()
-            .map_err(|e| format!("sha256: {e}"))?;
+        let settings = take(&mut table, "settings")?;
+        let grants = take(&mut table, "grants")?.unwrap_or_default();
+        let sha256 = take(&mut table, "sha256")?;
         let limits = toml::Value::Table(table).try_into().map_err(|e| {
             format!("{e}; besides these limits, a plugin's section holds `settings`, `grants` and `sha256`")
         })?;
@@ -144,33 +183,16 @@ impl TryFrom<toml::Table> for PluginConfig {
     }
 }
 
-/// Grants, with resource types written `apiVersion/Kind` (`v1/Secret`, `apps/v1/Deployment`).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Grants {
-    /// Types the plugin may read beyond its subscriptions.
-    #[serde(default)]
-    pub read: Vec<String>,
-    /// Writes per type: `apply`, `patch`, `patch-status`, `create`, `delete`, `record-event`.
-    #[serde(default)]
-    pub write: BTreeMap<String, Vec<WriteVerb>>,
-}
-
-impl Grants {
-    /// The policy's form; an error names the type that does not parse.
-    pub fn to_policy(&self) -> Result<kubeplug_policy::Grants, String> {
-        let mut grants = kubeplug_policy::Grants::default();
-        for resource in &self.read {
-            grants = grants.allow_read(Gvk::parse(resource)?);
-        }
-        for (resource, verbs) in &self.write {
-            let gvk = Gvk::parse(resource)?;
-            for verb in verbs {
-                grants = grants.allow_write(gvk.clone(), *verb);
-            }
-        }
-        Ok(grants)
-    }
+/// Removes `key` from `table` and reads it as a `T`; an error names the key.
+fn take<T: serde::de::DeserializeOwned>(
+    table: &mut toml::Table,
+    key: &str,
+) -> Result<Option<T>, String> {
+    table
+        .remove(key)
+        .map(toml::Value::try_into)
+        .transpose()
+        .map_err(|e| format!("{key}: {e}"))
 }
 
 impl Config {
@@ -193,9 +215,19 @@ impl Config {
     /// what is wrong where (the TOML parser's line and column, or the key).
     pub fn parse(text: &str) -> Result<Self, String> {
         let config: Self = toml::from_str(text).map_err(|e| e.to_string())?;
-        config.defaults.check("[defaults]")?;
+        config.defaults.limits.check("[defaults]")?;
+        config
+            .defaults
+            .grants
+            .to_policy()
+            .map_err(|e| format!("[defaults.grants]: {e}"))?;
+        config.host.sensitive_types()?;
         for (name, plugin) in &config.plugins {
             plugin.limits.check(&format!("[plugins.{name}]"))?;
+            plugin
+                .grants
+                .to_policy()
+                .map_err(|e| format!("[plugins.{name}.grants]: {e}"))?;
             if let Some(digest) = &plugin.sha256 {
                 let hex = digest.len() == 64
                     && digest
@@ -216,7 +248,27 @@ impl Config {
 impl Config {
     /// The limits of the plugin named `name`: its section's keys over `[defaults]`.
     pub fn limits_of(&self, name: &str) -> SandboxLimits {
-        Limits::resolve(self.plugins.get(name).map(|p| &p.limits), &self.defaults)
+        Limits::resolve(
+            self.plugins.get(name).map(|p| &p.limits),
+            &self.defaults.limits,
+        )
+    }
+
+    /// The grants of the plugin named `name`, as the host applies them: its section's and
+    /// `[defaults.grants]` together, sensitive types only through its own exact grants, and
+    /// within `namespace` (the host's, which a flag may set over `[host] namespace`).
+    pub fn grants_of(
+        &self,
+        name: &str,
+        namespace: Option<&str>,
+    ) -> Result<kubeplug_policy::Grants, String> {
+        grants::effective(
+            self.plugins.get(name).map(|p| &p.grants),
+            &self.defaults.grants,
+            &self.host.sensitive_types()?,
+            namespace,
+        )
+        .map_err(|e| format!("grants of [plugins.{name}]: {e}"))
     }
 }
 
@@ -262,11 +314,19 @@ mod tests {
                 .unwrap()
                 .contains_key("required_labels")
         );
-        let grants = audit.grants.to_policy().unwrap();
-        assert!(grants.read.contains(&Gvk::new("", "v1", "Secret")));
+        let grants = config.grants_of("label-audit", None).unwrap();
+        let secrets = Gvk::new("", "v1", "Secret");
+        assert!(grants.may_read(&secrets), "its own exact grant");
         assert!(
-            grants.write[&Gvk::new("apps", "v1", "Deployment")].contains(&WriteVerb::RecordEvent)
+            grants.may_read(&Gvk::new("", "v1", "Pod")),
+            "[defaults.grants]"
         );
+        assert!(grants.may_write(
+            &Gvk::new("apps", "v1", "Deployment"),
+            kubeplug_policy::WriteVerb::RecordEvent
+        ));
+        let other = config.grants_of("other", None).unwrap();
+        assert!(!other.may_read(&secrets), "core/* does not open Secrets");
         assert!(
             Gvk::parse("Deployment")
                 .unwrap_err()

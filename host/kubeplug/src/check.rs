@@ -14,7 +14,7 @@ use kubeplug_runtime::{
 
 use crate::cli::CheckArgs;
 use crate::config::Config;
-use crate::plugins::{name_mismatch, plugin_settings};
+use crate::plugins::{PluginSettings, name_mismatch, plugin_settings};
 
 /// An empty cache for every type, so that a plugin's declared indexes can be registered
 /// without a cluster.
@@ -27,17 +27,63 @@ impl CacheView for EmptyCaches {
 }
 
 /// Loads the plugin as `run` would (compile, imports, init with its settings, describe,
-/// validation) and prints its description; any failure is the error, naming file and stage.
+/// validation within its limits) and prints its description, then each read and write it
+/// declares as granted or refused by the configuration. Any failure to load is the error,
+/// naming file and stage; so is a refused read (the plugin would not load under `run`).
+/// Without `--config` nothing is granted, and that is only reported.
 pub(crate) async fn check(args: CheckArgs) -> anyhow::Result<()> {
     let config = Config::load(args.config.as_deref())?;
     let runtime = offline_runtime()?;
-    let plugin = load_offline(&runtime, &args.plugin, &config).await?;
-    // The description is this command's output.
+    let (spec, configured) = offline_spec(&args.plugin, &config, None)?;
+    let description = runtime.inspect(spec).await?;
+    if let Some(cause) = name_mismatch(&args.plugin, &description.name) {
+        bail!("{}: name: {cause}", args.plugin.display());
+    }
+    let grants = args.config.as_ref().map(|_| &configured.grants);
+    let (report, refused) = grant_report(&description, grants);
+    // The description and the report are this command's output.
     #[allow(clippy::print_stdout)]
     {
-        print!("{}", render(plugin.description(), &args.plugin));
+        print!("{}{report}", render(&description, &args.plugin));
+    }
+    if !refused.is_empty() {
+        bail!(
+            "{}: grants: the configuration grants {} none of: {}; it would not load",
+            args.plugin.display(),
+            description.name,
+            refused.join(", ")
+        );
     }
     Ok(())
+}
+
+/// Each read and write `description` declares, granted or refused by `grants` (`None`: no
+/// configuration was given); and the reads refused.
+fn grant_report(
+    description: &Description,
+    grants: Option<&kubeplug_runtime::Grants>,
+) -> (String, Vec<String>) {
+    let mut out = String::from("grants:\n");
+    let mut refused = Vec::new();
+    let verdict = |allowed: bool| match grants {
+        None => "not granted (no configuration given)",
+        Some(_) if allowed => "granted",
+        Some(_) => "refused",
+    };
+    for read in description.read_types() {
+        let allowed = grants.is_some_and(|g| g.may_read(&read));
+        if grants.is_some() && !allowed {
+            refused.push(read.to_string());
+        }
+        let _ = writeln!(out, "  read {read}: {}", verdict(allowed));
+    }
+    for (resource, verbs) in &description.writes {
+        for verb in verbs {
+            let allowed = grants.is_some_and(|g| g.may_write(resource, *verb));
+            let _ = writeln!(out, "  {verb} {resource}: {}", verdict(allowed));
+        }
+    }
+    (out, refused)
 }
 
 /// An engine for commands that load plugins without running them: no artefact cache, so
@@ -50,31 +96,43 @@ pub(crate) fn offline_runtime() -> anyhow::Result<Runtime> {
     .context("cannot start the WebAssembly engine")
 }
 
-/// Loads `path` with its configured settings against empty caches and no cluster.
+/// The load request for `path` with its configured settings (writes bounded to
+/// `namespace`), against empty caches and no cluster, and those settings.
+fn offline_spec(
+    path: &Path,
+    config: &Config,
+    namespace: Option<&str>,
+) -> anyhow::Result<(PluginSpec, PluginSettings)> {
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("cannot read the plugin {}", path.display()))?;
+    let configured = plugin_settings(config, path, namespace).map_err(anyhow::Error::msg)?;
+    let spec = PluginSpec {
+        path: path.to_owned(),
+        bytes,
+        settings: configured.settings.clone(),
+        grants: configured.grants.clone(),
+        limits: configured.limits.clone(),
+        cache: Arc::new(EmptyCaches),
+        writer: Arc::new(NoCluster),
+    };
+    Ok((spec, configured))
+}
+
+/// Loads `path` with its configured settings and grants against empty caches and no
+/// cluster, as `run` would load it.
 pub(crate) async fn load_offline(
     runtime: &Runtime,
     path: &Path,
     config: &Config,
-) -> anyhow::Result<Plugin> {
-    let bytes = std::fs::read(path)
-        .with_context(|| format!("cannot read the plugin {}", path.display()))?;
-    let configured = plugin_settings(config, path).map_err(anyhow::Error::msg)?;
-    let plugin = runtime
-        .load(PluginSpec {
-            path: path.to_owned(),
-            bytes,
-            settings: configured.settings,
-            grants: configured.grants,
-            limits: configured.limits,
-            cache: Arc::new(EmptyCaches),
-            writer: Arc::new(NoCluster),
-        })
-        .await?;
+    namespace: Option<&str>,
+) -> anyhow::Result<(Plugin, PluginSettings)> {
+    let (spec, configured) = offline_spec(path, config, namespace)?;
+    let plugin = runtime.load(spec).await?;
     // As `run` would refuse it.
     if let Some(cause) = name_mismatch(path, plugin.name()) {
         bail!("{}: name: {cause}", path.display());
     }
-    Ok(plugin)
+    Ok((plugin, configured))
 }
 
 fn render(description: &Description, path: &Path) -> String {

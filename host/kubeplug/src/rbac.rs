@@ -79,13 +79,12 @@ fn add_rules(
         Ok(())
     };
     const READ: &[&str] = &["get", "list", "watch"];
-    for subscribed in description.subscribed() {
-        add(subscribed, "", READ)?;
-    }
+    // What it both declares and is granted (a plugin whose declared reads are not all
+    // granted does not load, here as under `run`).
     for read in description
-        .reads
+        .read_types()
         .iter()
-        .filter(|r| grants.read.contains(*r))
+        .filter(|read| grants.may_read(read))
     {
         add(read, "", READ)?;
     }
@@ -257,9 +256,8 @@ pub(crate) async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     let runtime = offline_runtime()?;
     let mut rules = Rules::new();
     for file in plugin_files(&args.plugins)? {
-        let plugin = load_offline(&runtime, &file, &config).await?;
-        let configured =
-            crate::plugins::plugin_settings(&config, &file).map_err(anyhow::Error::msg)?;
+        let (plugin, configured) =
+            load_offline(&runtime, &file, &config, args.namespace.as_deref()).await?;
         add_rules(&plugin, &configured.grants, &kinds, &mut rules)?;
     }
     let yaml: Vec<String> = documents(&rules, &args)

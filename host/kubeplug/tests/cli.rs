@@ -116,6 +116,18 @@ fn check_describes_a_valid_plugin_and_names_what_is_wrong_with_an_invalid_one() 
         "{stdout}"
     );
     assert!(stdout.contains("writes v1/Pod: record-event"), "{stdout}");
+    // Without a configuration nothing is granted, and that is only reported.
+    assert!(stdout.contains("\ngrants:\n"), "{stdout}");
+    for line in [
+        "read apps/v1/Deployment",
+        "read v1/Pod",
+        "record-event v1/Pod",
+    ] {
+        assert!(
+            stdout.contains(&format!("  {line}: not granted (no configuration given)\n")),
+            "{line}: {stdout}"
+        );
+    }
 
     let dir = tempfile::tempdir().unwrap();
     let truncated = dir.path().join("truncated.wasm");
@@ -130,13 +142,48 @@ fn check_describes_a_valid_plugin_and_names_what_is_wrong_with_an_invalid_one() 
         &["/nonexistent/plugin.wasm"],
     );
     let config = dir.path().join("kubeplug.toml");
+    let audit = dir.path().join("label-audit.wasm");
+    std::fs::write(&audit, &bytes).unwrap();
+    let check = |config_text: &str| {
+        std::fs::write(&config, config_text).unwrap();
+        kubeplug()
+            .arg("check")
+            .arg(&audit)
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .unwrap()
+    };
+    // Each read and write, granted or refused by the configuration; a refused read fails.
+    let granted = check(
+        "[plugins.label-audit.grants]\nread = [\"apps/v1/Deployment\", \"v1/Pod\"]\n\
+         write = { \"v1/Pod\" = [\"record-event\"] }\n",
+    );
+    let stdout = String::from_utf8_lossy(&granted.stdout);
+    assert!(granted.status.success(), "{stdout}");
+    for line in [
+        "  read v1/Pod: granted",
+        "  record-event v1/Pod: granted",
+        "  record-event apps/v1/Deployment: refused",
+    ] {
+        assert!(stdout.contains(line), "{line}: {stdout}");
+    }
+    let refused = check("[plugins.label-audit.grants]\nread = [\"v1/Pod\"]\n");
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stdout).contains("  read apps/v1/Deployment: refused")
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("grants: the configuration grants label-audit none of: apps/v1/Deployment"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
     std::fs::write(
         &config,
         "[plugins.label-audit]\nsettings = { required_labels = [] }\n",
     )
     .unwrap();
-    let audit = dir.path().join("label-audit.wasm");
-    std::fs::write(&audit, &bytes).unwrap();
     fails_naming(
         &[
             "check",
@@ -234,7 +281,8 @@ fn a_running_host_serves_probes_metrics_and_plugin_status_and_follows_the_manife
     let config = cluster.path().join("kubeplug.toml");
     std::fs::write(
         &config,
-        "[plugins.label-audit.grants]\nwrite = { \"apps/v1/Deployment\" = [\"record-event\"] }\n",
+        "[defaults.grants]\nread = [\"*\"]\n\
+         [plugins.label-audit.grants]\nwrite = { \"apps/v1/Deployment\" = [\"record-event\"] }\n",
     )
     .unwrap();
 
@@ -401,8 +449,24 @@ fn rbac_prints_the_rules_the_plugins_and_their_grants_need() {
             .collect()
     };
 
-    // Without a grant, the plugin's wish to record Events needs no rule.
+    // Without its read grants the plugin would not load: no rules, but the lines to add.
     std::fs::write(&config, "").unwrap();
+    fails_naming(
+        &[
+            "rbac",
+            "--plugins",
+            plugins.path().to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        &[
+            "reads types it is not granted",
+            "[plugins.label-audit.grants]\nread = [\"v1/Pod\", \"apps/v1/Deployment\"]",
+        ],
+    );
+    // Reads granted, no write: the plugin's wish to record Events needs no rule.
+    let reads = "[plugins.label-audit.grants]\nread = [\"apps/v1/Deployment\", \"v1/Pod\"]\n";
+    std::fs::write(&config, reads).unwrap();
     let docs = rules(&[]);
     assert_eq!(
         verbs(&docs, "ClusterRole", "deployments"),
@@ -418,7 +482,7 @@ fn rbac_prints_the_rules_the_plugins_and_their_grants_need() {
 
     std::fs::write(
         &config,
-        "[plugins.label-audit.grants]\nwrite = { \"apps/v1/Deployment\" = [\"record-event\"] }\n",
+        format!("{reads}write = {{ \"apps/v1/Deployment\" = [\"record-event\"] }}\n"),
     )
     .unwrap();
     let docs = rules(&["--namespace", "team-a"]);

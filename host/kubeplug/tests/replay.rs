@@ -226,9 +226,15 @@ fn test_reports_reconcile_results_and_writes_of_configmap_reload() {
 fn test_exits_non_zero_when_a_call_fails_and_reports_it() {
     let cache = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    // A section without grants: the patch is refused and every reconcile of `web` fails.
+    // A section granting the reads but no write: the patch is refused and every reconcile
+    // of `web` fails.
     let config = dir.path().join("kubeplug.toml");
-    std::fs::write(&config, "[plugins.configmap-reload]\n").unwrap();
+    std::fs::write(
+        &config,
+        "[plugins.configmap-reload.grants]\n\
+         read = [\"apps/v1/Deployment\", \"v1/ConfigMap\", \"v1/Secret\"]\n",
+    )
+    .unwrap();
     let events = fixture("configmap-reload", "events.yaml");
     let fixtures = fixture("configmap-reload", "cache.yaml");
     let output = replay(

@@ -71,7 +71,7 @@ async fn load(
             path: format!("target/test-plugins/{name}.wasm").into(),
             bytes: guest(name)?,
             settings: "{}".into(),
-            grants: Grants::default(),
+            grants: Grants::default().allow_read(Gvk::new("", "v1", "Pod")),
             limits: PluginLimits::default(),
             cache: Arc::new(IndexerMap(caches)),
             writer: Arc::new(NoCluster),

@@ -33,7 +33,7 @@ use kubeplug_informer::object::ObjectDecoder;
 use kubeplug_informer::reflector::ReflectorConfig;
 use kubeplug_runtime::events::run_events;
 use kubeplug_runtime::{
-    Gvk, IndexerMap, NoCluster, Plugin, PluginLimits, PluginSpec, Runtime, RuntimeConfig,
+    Grants, Gvk, IndexerMap, NoCluster, Plugin, PluginLimits, PluginSpec, Runtime, RuntimeConfig,
 };
 use tokio::task::JoinHandle;
 
@@ -95,7 +95,7 @@ async fn grow(
                 path: format!("fan-out/noop-{}.wasm", fleet.plugins.len()).into(),
                 bytes: noop.to_vec(),
                 settings: "{}".into(),
-                grants: Default::default(),
+                grants: Grants::default().allow_read(Gvk::new("", "v1", "Pod")),
                 limits: PluginLimits {
                     // On one thread, a call suspended at an epoch tick resumes only after
                     // every other driver's turn: an unoptimised smoke run passes 1 s.

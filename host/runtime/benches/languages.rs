@@ -47,7 +47,7 @@ use kubeplug_runtime::events::run_events;
 use kubeplug_runtime::view::BoxFuture;
 use kubeplug_runtime::{
     ClusterWriter, CompileSource, Grants, Gvk, IndexerMap, Plugin, PluginLimits, PluginSpec,
-    Runtime, RuntimeConfig, Write, WriteError, WriteVerb,
+    Runtime, RuntimeConfig, Write, WriteError, WriteRate, WriteVerb,
 };
 
 /// label-audit in every language, the Rust original (the baseline) first.
@@ -177,6 +177,8 @@ async fn load(
     writer: Arc<CountingWriter>,
 ) -> Result<Arc<Plugin>> {
     let grants = Grants::default()
+        .allow_read(gvk(&deployments()))
+        .allow_read(gvk(&pods()))
         .allow_write(gvk(&deployments()), WriteVerb::RecordEvent)
         .allow_write(gvk(&pods()), WriteVerb::RecordEvent);
     let plugin = runtime
@@ -188,6 +190,8 @@ async fn load(
             limits: PluginLimits {
                 // An unoptimised host (the smoke run) runs Python's start-up slowly.
                 call_deadline: Duration::from_secs(10),
+                // The cost per event is measured, not the write rate's pacing.
+                writes: WriteRate::UNPACED,
                 ..PluginLimits::default()
             },
             cache: Arc::new(caches),

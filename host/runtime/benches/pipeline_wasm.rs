@@ -45,7 +45,7 @@ use kubeplug_informer::reflector::ReflectorConfig;
 use kubeplug_runtime::events::run_events;
 use kubeplug_runtime::status::MetricValue;
 use kubeplug_runtime::{
-    Gvk, IndexerMap, NoCluster, Plugin, PluginLimits, PluginSpec, Runtime, RuntimeConfig,
+    Grants, Gvk, IndexerMap, NoCluster, Plugin, PluginLimits, PluginSpec, Runtime, RuntimeConfig,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -283,7 +283,7 @@ async fn attach(
                     path: format!("target/test-plugins/{name}.wasm").into(),
                     bytes: component(name)?,
                     settings,
-                    grants: Default::default(),
+                    grants: Grants::default().allow_read(Gvk::new("", "v1", "Pod")),
                     limits: PluginLimits {
                         // An unoptimised host (the smoke run) runs Python's start-up slowly.
                         call_deadline: Duration::from_secs(10),

@@ -632,6 +632,21 @@ impl Description {
         })
     }
 
+    /// Every type the plugin reads, each of which its grants must allow: its
+    /// subscriptions, the owners its keys map to (a reconcile reads them through the cache),
+    /// its declared reads and its indexes' types.
+    pub fn read_types(&self) -> BTreeSet<Gvk> {
+        let mut reads: BTreeSet<Gvk> = self.subscribed().cloned().collect();
+        for subscription in &self.subscriptions {
+            if let KeyMapping::Owner(owner) = &subscription.enqueue {
+                reads.insert(owner.clone());
+            }
+        }
+        reads.extend(self.reads.iter().cloned());
+        reads.extend(self.indexes.iter().map(|index| index.resource.clone()));
+        reads
+    }
+
     /// Every resource type the plugin subscribes to.
     pub fn subscribed(&self) -> impl Iterator<Item = &Gvk> {
         self.subscriptions.iter().map(|s| &s.resource)

@@ -41,7 +41,7 @@ pub use description::{
 pub use driver::{DriverControl, DriverError};
 pub use engine::{Allocator, CompileSource, EngineError, Live, Runtime, RuntimeConfig};
 pub use host::{HostCallError, HostCalls};
-pub use kubeplug_policy::{Grants, Gvk, WriteVerb};
+pub use kubeplug_policy::{Grants, Gvk, ReadGrant, WriteVerb};
 pub use observer::{CallObserver, CallRecord, Observed, ReconcileCall};
 pub use plugin::{
     CallError, LoadError, Plugin, PluginInstance, PluginLimits, PluginSpec, WriteRate,

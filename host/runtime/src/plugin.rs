@@ -68,6 +68,14 @@ pub struct WriteRate {
     pub burst: u32,
 }
 
+impl WriteRate {
+    /// No pacing a measurement could notice: for benchmarks of the rest of the path.
+    pub const UNPACED: WriteRate = WriteRate {
+        per_second: 1e12,
+        burst: u32::MAX,
+    };
+}
+
 impl Default for PluginLimits {
     fn default() -> Self {
         Self {
@@ -158,6 +166,23 @@ pub enum LoadError {
         #[source]
         source: Box<DescriptionError>,
     },
+    /// `describe()` declares reads (subscriptions, owners, reads, indexes) its grants do not
+    /// allow.
+    #[error(
+        "{path}: grants: plugin {plugin} reads types it is not granted: {}; grant them in the \
+         configuration with:\n{grant}",
+        missing.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    ReadsNotGranted {
+        /// The file.
+        path: PathBuf,
+        /// The plugin's name.
+        plugin: String,
+        /// The types.
+        missing: Vec<Gvk>,
+        /// The configuration lines that would grant them.
+        grant: String,
+    },
     /// A declared index could not be set up.
     #[error("{path}: index {name:?} on {resource}: no informer serves {resource}")]
     IndexUnavailable {
@@ -179,6 +204,7 @@ impl LoadError {
             | LoadError::LinkFailed { path, .. }
             | LoadError::StartFailed { path, .. }
             | LoadError::InvalidDescription { path, .. }
+            | LoadError::ReadsNotGranted { path, .. }
             | LoadError::IndexUnavailable { path, .. } => path,
         }
     }
@@ -252,6 +278,15 @@ impl std::fmt::Debug for Plugin {
     }
 }
 
+/// A plugin as far as [`Runtime::start`] takes it.
+struct Started {
+    pre: bindings::PluginPre<StoreState>,
+    description: Description,
+    stats: Arc<PluginStats>,
+    compile_source: CompileSource,
+    compile_time: Duration,
+}
+
 /// Whether a component may import `name`.
 fn import_allowed(name: &str) -> bool {
     let Some((interface, version)) = name.rsplit_once('@') else {
@@ -264,12 +299,104 @@ fn import_allowed(name: &str) -> bool {
 impl Runtime {
     /// Loads a plugin: compile (off the async threads, through the artefact cache), check
     /// its imports, pre-instantiate, `init(settings)` and `describe()` under the call
-    /// deadline, validate, register its indexes.
-    pub async fn load(&self, spec: PluginSpec) -> Result<Plugin, LoadError> {
+    /// deadline, validate within its limits, check that its grants allow every read it
+    /// declares, register its indexes.
+    pub async fn load(&self, mut spec: PluginSpec) -> Result<Plugin, LoadError> {
+        let Started {
+            pre,
+            description,
+            stats,
+            compile_source,
+            compile_time,
+        } = self.start(&mut spec).await?;
+        let path = spec.path;
+        let unread = grants::reads_not_granted(&spec.grants, &description);
+        if !unread.is_empty() {
+            return Err(LoadError::ReadsNotGranted {
+                path,
+                grant: grants::grant_lines(&description.name, &unread),
+                plugin: description.name,
+                missing: unread,
+            });
+        }
+        let unwritten = grants::writes_not_granted(&spec.grants, &description);
+        if !unwritten.is_empty() {
+            tracing::warn!(
+                plugin = %description.name, path = %path.display(),
+                "the plugin asks for writes its grants do not allow (it will get not-permitted): {}",
+                unwritten.join(", ")
+            );
+        }
+        let mut handles = Vec::new();
+        let mut indexes = BTreeMap::new();
+        for decl in &description.indexes {
+            let Some(indexer) = spec.cache.indexer(&decl.resource) else {
+                return Err(LoadError::IndexUnavailable {
+                    path,
+                    name: decl.name.clone(),
+                    resource: decl.resource.clone(),
+                });
+            };
+            let handle = indexer.add_index(informer_spec(&decl.spec));
+            indexes.insert(
+                (decl.resource.clone(), decl.name.clone()),
+                handle.name().to_owned(),
+            );
+            handles.push(handle);
+        }
+        let host = Arc::new(HostContext {
+            plugin: description.name.as_str().into(),
+            policy: Policy::new(&spec.grants, description.read_types()),
+            cache: spec.cache,
+            writer: spec.writer,
+            metrics: Arc::new(PluginMetrics::default()),
+            stats,
+            indexes,
+            log_budget: Arc::new(Mutex::new(LogBudget::new())),
+            write_budget: Mutex::new(write_budget(&spec.limits)),
+            observer: self.config.observer.clone().map(PluginObserver::new),
+        });
+        tracing::info!(
+            plugin = %description.name, version = %description.version, path = %path.display(),
+            ?compile_source, ?compile_time, "plugin loaded"
+        );
+        Ok(Plugin {
+            path,
+            description,
+            pre,
+            host,
+            settings: spec.settings,
+            limits: spec.limits,
+            runtime: self.clone(),
+            compile_source,
+            compile_time,
+            _indexes: handles,
+            _live: LiveToken::plugin(&self.live),
+        })
+    }
+
+    /// What a plugin describes itself as, loaded as far as that takes (compile, link,
+    /// `init`, `describe`, validation within its limits) but not granted or started: for
+    /// tools that report on a plugin whatever its grants (`kubeplug check`).
+    pub async fn inspect(&self, mut spec: PluginSpec) -> Result<Description, LoadError> {
+        let started = self.start(&mut spec).await?;
+        let description = started.description;
+        tracing::info!(
+            plugin = %description.name, version = %description.version,
+            path = %spec.path.display(), compile_source = ?started.compile_source,
+            compile_time = ?started.compile_time, "plugin inspected"
+        );
+        Ok(description)
+    }
+
+    /// The stages every load shares: compile, imports, link, instantiate, `init`,
+    /// `describe`, validation, and the resync floor. Takes the component's bytes out of
+    /// `spec` (compiled, they are not needed again).
+    async fn start(&self, spec: &mut PluginSpec) -> Result<Started, LoadError> {
         let path = spec.path.clone();
         let started = Instant::now();
         let runtime = self.clone();
-        let bytes = spec.bytes;
+        let bytes = std::mem::take(&mut spec.bytes);
         let (component, compile_source) =
             tokio::task::spawn_blocking(move || runtime.compile(&bytes))
                 .await
@@ -353,58 +480,12 @@ impl Runtime {
                 subscription.resync_period = Some(floor);
             }
         }
-        let shortfall = grants::shortfall(&spec.grants, &description);
-        if !shortfall.is_empty() {
-            tracing::warn!(
-                plugin = %description.name, path = %path.display(),
-                "the plugin asks for more than its grants allow: {}", shortfall.join(", ")
-            );
-        }
-        let mut handles = Vec::new();
-        let mut indexes = BTreeMap::new();
-        for decl in &description.indexes {
-            let Some(indexer) = spec.cache.indexer(&decl.resource) else {
-                return Err(LoadError::IndexUnavailable {
-                    path,
-                    name: decl.name.clone(),
-                    resource: decl.resource.clone(),
-                });
-            };
-            let handle = indexer.add_index(informer_spec(&decl.spec));
-            indexes.insert(
-                (decl.resource.clone(), decl.name.clone()),
-                handle.name().to_owned(),
-            );
-            handles.push(handle);
-        }
-        let host = Arc::new(HostContext {
-            plugin: description.name.as_str().into(),
-            policy: Policy::new(&spec.grants, description.subscribed().cloned()),
-            cache: spec.cache,
-            writer: spec.writer,
-            metrics: Arc::new(PluginMetrics::default()),
-            stats,
-            indexes,
-            log_budget: Arc::new(Mutex::new(LogBudget::new())),
-            write_budget: Mutex::new(write_budget(&spec.limits)),
-            observer: self.config.observer.clone().map(PluginObserver::new),
-        });
-        tracing::info!(
-            plugin = %description.name, version = %description.version, path = %path.display(),
-            ?compile_source, ?compile_time, "plugin loaded"
-        );
-        Ok(Plugin {
-            path,
-            description,
+        Ok(Started {
             pre,
-            host,
-            settings: spec.settings,
-            limits: spec.limits,
-            runtime: self.clone(),
+            description,
+            stats,
             compile_source,
             compile_time,
-            _indexes: handles,
-            _live: LiveToken::plugin(&self.live),
         })
     }
 

@@ -2,16 +2,15 @@
 //! mounted from ConfigMaps; it decides what each plugin may read and write.
 
 use kubeplug_config::{Config, SandboxLimits};
-use kubeplug_policy::Gvk;
+use kubeplug_policy::{Gvk, ReadGrant};
 
 /// A configuration file's text.
 ///
-/// Properties: parsing never panics; a file kubeplug accepts is TOML, and its defaults are
-/// limits a plugin can run under; an error on valid TOML points at a line and column or names
-/// the key; every plugin's settings become a JSON object (what the plugin's `init`
-/// receives); its grants either convert, each type written as `apiVersion/Kind` reading back
-/// to the same text, or are refused with the error that names the first type that does not
-/// parse.
+/// Properties: parsing never panics; a file kubeplug accepts is TOML, and every plugin's
+/// limits are limits a plugin can run under; an error on valid TOML points at a line and
+/// column or names the section and key; every plugin's settings become a JSON object (what
+/// the plugin's `init` receives); its grants convert, each entry reading back as written,
+/// and allow what they name, a sensitive type only through the plugin's own exact grant.
 pub fn config_file(data: &[u8]) {
     // The file is read as UTF-8 text; other bytes never reach the parser.
     let Ok(text) = std::str::from_utf8(data) else {
@@ -25,7 +24,8 @@ pub fn config_file(data: &[u8]) {
                 !is_toml
                     || message.starts_with("TOML parse error at line")
                     || message.contains("in `")
-                    || message.starts_with("[defaults] ")
+                    || message.starts_with("[defaults")
+                    || message.starts_with("[host] ")
                     || message.starts_with("[plugins."),
                 "an error on valid TOML says where: {message}"
             );
@@ -66,27 +66,31 @@ pub fn config_file(data: &[u8]) {
             let back: serde_json::Value = serde_json::from_str(&json).expect("JSON reads back");
             assert!(back.is_object(), "[plugins.{name}] settings: {json}");
         }
-        let typed = plugin
-            .grants
-            .read
-            .iter()
-            .chain(plugin.grants.write.keys())
-            .map(|text| (text, Gvk::parse(text)));
-        let first_bad = typed.clone().find_map(|(_, parsed)| parsed.err());
-        match (plugin.grants.to_policy(), first_bad) {
-            (Ok(grants), None) => {
-                for (text, parsed) in typed {
-                    let gvk = parsed.expect("checked above");
-                    assert_eq!(&gvk.to_string(), text, "{gvk:?} prints as written");
-                    assert_eq!(Gvk::parse(&gvk.to_string()), Ok(gvk.clone()));
-                    let granted = grants.read.contains(&gvk) || grants.write.contains_key(&gvk);
-                    assert!(granted || write_of_no_verb(&config, name, text), "{text}");
-                }
+        // An accepted file's grants all convert: each entry reads back as written, and the
+        // plugin may do what its section names; a sensitive type only through its own
+        // exact grant.
+        let grants = config
+            .grants_of(name, None)
+            .unwrap_or_else(|e| panic!("[plugins.{name}] accepted, yet: {e}"));
+        let sensitive = config.host.sensitive_types().expect("checked when parsed");
+        for text in &plugin.grants.read {
+            let grant = ReadGrant::parse(text).expect("checked when parsed");
+            assert_eq!(&grant.to_string(), text, "{grant:?} prints as written");
+            if let ReadGrant::Type(gvk) = &grant {
+                assert!(grants.may_read(gvk), "{text}");
             }
-            (Err(error), Some(expected)) => assert_eq!(error, expected),
-            (outcome, expected) => panic!(
-                "[plugins.{name}] grants: converted to {outcome:?}, expected the error {expected:?}"
-            ),
+        }
+        for text in plugin.grants.write.keys() {
+            let gvk = Gvk::parse(text).expect("checked when parsed");
+            assert_eq!(&gvk.to_string(), text, "{gvk:?} prints as written");
+            assert!(
+                grants.write.contains_key(&gvk) || write_of_no_verb(&config, name, text),
+                "{text}"
+            );
+        }
+        for gvk in &sensitive {
+            let named = plugin.grants.read.iter().any(|t| *t == gvk.to_string());
+            assert_eq!(grants.may_read(gvk), named, "{gvk} for {name}");
         }
     }
 }

@@ -160,8 +160,8 @@ fn names_bound(error: &HostCallError, what: &str) -> bool {
         && error.message.ends_with(&format!("at most {MAX_ARG}"))
 }
 
-/// A sequence of calls to the `cache` and `cluster` host functions by a plugin subscribed to
-/// ConfigMaps and granted `create` on them: byte 0 of each call picks it, then its
+/// A sequence of calls to the `cache` and `cluster` host functions by a plugin granted to
+/// read ConfigMaps and to create them: byte 0 of each call picks it, then its
 /// arguments (resource types and strings mostly from lists of likely ones).
 ///
 /// Properties: no call traps or panics; an argument over the bound is refused as
@@ -174,7 +174,9 @@ fn names_bound(error: &HostCallError, what: &str) -> bool {
 /// that the document does not contradict.
 pub fn host_calls(data: &[u8]) {
     let writes = Arc::new(Writes::default());
-    let grants = Grants::default().allow_write(config_maps(), WriteVerb::Create);
+    let grants = Grants::default()
+        .allow_read(config_maps())
+        .allow_write(config_maps(), WriteVerb::Create);
     let mut calls = HostCalls::new(
         "fuzz",
         [config_maps()],

@@ -32,6 +32,15 @@ pub(crate) enum LoadFailure {
         resource: Gvk,
         namespace: String,
     },
+    /// It subscribes in another namespace than the host's.
+    #[error("{path}: resolve: plugin {plugin} subscribes to {resource} in namespace {namespace}, but the host watches only namespace {host} (--namespace)", path = path.display())]
+    OutsideNamespace {
+        path: PathBuf,
+        plugin: String,
+        resource: Gvk,
+        namespace: String,
+        host: String,
+    },
     /// The plugin describes itself by another name than its file's.
     #[error("{path}: name: {cause}", path = path.display())]
     NameMismatch {
@@ -68,6 +77,7 @@ impl LoadFailure {
         match self {
             LoadFailure::Unresolved { plugin, .. }
             | LoadFailure::ClusterScoped { plugin, .. }
+            | LoadFailure::OutsideNamespace { plugin, .. }
             | LoadFailure::NameMismatch { plugin, .. } => Some(plugin),
             LoadFailure::Rejected { .. }
             | LoadFailure::Settings { .. }
@@ -84,6 +94,7 @@ impl LoadFailure {
             | LoadFailure::Settings { path, .. }
             | LoadFailure::Unresolved { path, .. }
             | LoadFailure::ClusterScoped { path, .. }
+            | LoadFailure::OutsideNamespace { path, .. }
             | LoadFailure::NameMismatch { path, .. }
             | LoadFailure::NotPinned { path, .. }
             | LoadFailure::Start { path, .. } => path,

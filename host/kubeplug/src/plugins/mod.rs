@@ -278,9 +278,11 @@ impl PluginHost {
             grants,
             limits,
             sha256,
-        } = plugin_settings(&self.config, &path).map_err(|cause| LoadFailure::Settings {
-            path: path.clone(),
-            cause,
+        } = plugin_settings(&self.config, &path, self.namespace.as_deref()).map_err(|cause| {
+            LoadFailure::Settings {
+                path: path.clone(),
+                cause,
+            }
         })?;
         // Checked before a byte of it is compiled.
         if let Some(expected) = sha256
@@ -345,7 +347,22 @@ impl PluginHost {
                     });
                 }
                 (_, false) => None,
-                (wanted, true) => wanted.clone().or_else(|| self.namespace.clone()),
+                // The host's namespace bounds every subscription.
+                (Some(namespace), true)
+                    if self
+                        .namespace
+                        .as_ref()
+                        .is_some_and(|host| host != namespace) =>
+                {
+                    return Err(LoadFailure::OutsideNamespace {
+                        path: path.clone(),
+                        plugin: description.name.clone(),
+                        resource: wanted.resource.clone(),
+                        namespace: namespace.clone(),
+                        host: self.namespace.clone().unwrap_or_default(),
+                    });
+                }
+                (namespace, true) => namespace.clone().or_else(|| self.namespace.clone()),
             };
             keys.push(InformerKey {
                 resource,

@@ -23,8 +23,13 @@ pub(crate) struct PluginSettings {
 }
 
 /// The settings, grants, limits and pin of the section named like `file`'s stem
-/// (`label-audit.wasm` → `[plugins.label-audit]`).
-pub(crate) fn plugin_settings(config: &Config, file: &Path) -> Result<PluginSettings, String> {
+/// (`label-audit.wasm` → `[plugins.label-audit]`), with `[defaults]` for what it leaves out;
+/// writes bounded to `namespace`, the host's.
+pub(crate) fn plugin_settings(
+    config: &Config,
+    file: &Path,
+    namespace: Option<&str>,
+) -> Result<PluginSettings, String> {
     let stem = file
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -34,16 +39,10 @@ pub(crate) fn plugin_settings(config: &Config, file: &Path) -> Result<PluginSett
         .and_then(|s| s.settings.as_ref())
         .map(|table| serde_json::to_string(table).expect("TOML tables are JSON"))
         .unwrap_or_else(|| "{}".to_owned());
-    let grants = section
-        .map(|s| s.grants.to_policy())
-        .transpose()
-        .map_err(|e| format!("grants of [plugins.{stem}]: {e}"))?
-        .unwrap_or_default();
-    let limits = runtime_limits(&config.limits_of(&stem));
     Ok(PluginSettings {
         settings,
-        grants,
-        limits,
+        grants: config.grants_of(&stem, namespace)?,
+        limits: runtime_limits(&config.limits_of(&stem)),
         sha256: section.and_then(|s| s.sha256.clone()),
     })
 }

@@ -32,6 +32,7 @@ fn guest(name: &str) -> PathBuf {
         "recorder-describe-slow",
         "label-reader",
         "reconciler",
+        "hostile-secrets",
     ]
     .map(String::from);
     BUILT
@@ -112,6 +113,10 @@ impl ClusterWriter for Recorded {
 const CONFIG: &str = r#"
 [defaults]
 call_deadline_ms = 300
+
+# These tests are not about reads: every plugin reads every type (Secrets apart).
+[defaults.grants]
+read = ["*"]
 
 [plugins.recorder.grants]
 write = { "v1/ConfigMap" = ["record-event"] }
@@ -1066,5 +1071,38 @@ async fn a_pinned_name_loads_only_its_content() {
         error.contains("pin: its SHA-256 is") && error.contains(&digest),
         "{error}"
     );
+    harness.stop().await;
+}
+
+/// Issue 19: Secrets (`[host] sensitive`) open only to a plugin's own exact grant, never to
+/// `[defaults.grants]` or a pattern; a plugin whose declared reads are not all granted does
+/// not load, and the error holds the lines that would grant them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_open_only_to_a_plugins_own_exact_grant() {
+    let dir_config = DirConfig {
+        settle: Duration::from_millis(100),
+        ..DirConfig::default()
+    };
+    // CONFIG grants `*` to every plugin; hostile-secrets also declares a read of Secrets.
+    let patterns = format!("{CONFIG}\n[plugins.hostile-secrets.grants]\nread = [\"core/*\"]\n");
+    let harness = Harness::configured(dir_config.clone(), &patterns).await;
+    harness.publish("hostile-secrets.wasm", &guest_bytes("hostile-secrets"));
+    eventually("the load fails", LONG, || harness.loads() == (0, 1)).await;
+    let error = harness
+        .report("hostile-secrets.wasm")
+        .unwrap()
+        .last_error
+        .unwrap();
+    assert!(
+        error.contains("reads types it is not granted: v1/Secret")
+            && error.contains("[plugins.hostile-secrets.grants]\nread = [\"v1/Secret\"]"),
+        "{error}"
+    );
+    harness.stop().await;
+
+    let exact = format!("{CONFIG}\n[plugins.hostile-secrets.grants]\nread = [\"v1/Secret\"]\n");
+    let harness = Harness::configured(dir_config, &exact).await;
+    harness.publish("hostile-secrets.wasm", &guest_bytes("hostile-secrets"));
+    eventually("it loads", LONG, || harness.loads() == (1, 0)).await;
     harness.stop().await;
 }

@@ -48,10 +48,8 @@ use report::{EventInfo, Report, Step};
 
 /// The log filter of stderr under `kubeplug test` unless `KUBEPLUG_LOG` says otherwise:
 /// the plugin's own records are in the report (the runtime hands them to the [`Journal`]
-/// whatever the filter), so stderr keeps the host's warnings. Load
-/// warnings are left out too: without a configuration section the first load, which only
-/// asks the plugin what it needs, always warns that it is not granted it; a grant missing
-/// from a configuration shows in the report as a `denied` write.
+/// whatever the filter), so stderr keeps the host's warnings. Load warnings are left out
+/// too: a write grant missing from a configuration shows in the report as a `denied` write.
 pub(crate) const DEFAULT_LOG_FILTER: &str = "warn,kubeplug_runtime::host::log=off,\
      kubeplug_runtime::state=off,kubeplug_runtime::plugin=error";
 
@@ -96,7 +94,7 @@ pub(crate) async fn test(args: TestArgs) -> anyhow::Result<()> {
         grants: configured_grants,
         limits,
         ..
-    } = plugin_settings(&config, &args.plugin).map_err(anyhow::Error::msg)?;
+    } = plugin_settings(&config, &args.plugin, None).map_err(anyhow::Error::msg)?;
     let settings = match args.settings.clone() {
         Some(json) => {
             serde_json::from_str::<serde_json::Value>(&json)
@@ -135,8 +133,7 @@ pub(crate) async fn test(args: TestArgs) -> anyhow::Result<()> {
     let grants = if has_section(&config, &args.plugin) {
         configured_grants
     } else {
-        let asked = runtime.load(spec(Grants::default())).await?;
-        requested_grants(asked.description())
+        requested_grants(&runtime.inspect(spec(Grants::default())).await?)
     };
     // Only what the plugin that runs does is reported.
     journal.take();
@@ -220,8 +217,8 @@ fn has_section(config: &Config, plugin: &Path) -> bool {
 /// Exactly the reads and writes `description` asks for.
 fn requested_grants(description: &Description) -> Grants {
     let mut grants = Grants::default();
-    for read in &description.reads {
-        grants = grants.allow_read(read.clone());
+    for read in description.read_types() {
+        grants = grants.allow_read(read);
     }
     for (resource, verbs) in &description.writes {
         for verb in verbs {

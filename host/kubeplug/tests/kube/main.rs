@@ -74,7 +74,8 @@ impl LabelAuditSetup {
         let config = dir.join("kubeplug.toml");
         std::fs::write(
             &config,
-            "[plugins.label-audit.grants]\nwrite = { \"apps/v1/Deployment\" = [\"record-event\"] }\n",
+            "[plugins.label-audit.grants]\nread = [\"apps/v1/Deployment\", \"v1/Pod\"]\n\
+             write = { \"apps/v1/Deployment\" = [\"record-event\"] }\n",
         )
         .unwrap();
         Self { plugins, config }
@@ -452,7 +453,8 @@ async fn a_plugin_for_a_crd_installed_later_starts_once_it_is_served() {
     std::fs::write(
         &config,
         // It records its Events as about ConfigMaps of the names it handles.
-        "[plugins.recorder.grants]\nwrite = { \"v1/ConfigMap\" = [\"record-event\"] }\n",
+        "[plugins.recorder.grants]\nread = [\"example.com/v1/Widget\"]\n\
+         write = { \"v1/ConfigMap\" = [\"record-event\"] }\n",
     )
     .unwrap();
     let host = Host::start(&[
@@ -550,7 +552,11 @@ async fn a_stop_signal_is_honoured_while_plugins_load(server: Server) {
     )
     .unwrap();
     let config = cluster.dir.path().join("kubeplug.toml");
-    std::fs::write(&config, "[defaults]\ncall_deadline_ms = 600000\n").unwrap();
+    std::fs::write(
+        &config,
+        "[defaults]\ncall_deadline_ms = 600000\n[defaults.grants]\nread = [\"*\"]\n",
+    )
+    .unwrap();
     let mut host = Host::start(&[
         Path::new("--kubeconfig"),
         &cluster.kubeconfig,
@@ -608,7 +614,11 @@ async fn a_second_stop_signal_ends_a_draining_host_at_once() {
     )
     .unwrap();
     let config = cluster.dir.path().join("kubeplug.toml");
-    std::fs::write(&config, "[defaults]\ncall_deadline_ms = 600000\n").unwrap();
+    std::fs::write(
+        &config,
+        "[defaults]\ncall_deadline_ms = 600000\n[defaults.grants]\nread = [\"*\"]\n",
+    )
+    .unwrap();
     let mut host = Host::start(&[
         Path::new("--kubeconfig"),
         &cluster.kubeconfig,
@@ -661,7 +671,8 @@ async fn configmap_reload_rolls_a_deployment_when_its_config_map_changes(server:
     std::fs::write(
         &config,
         "[plugins.configmap-reload]\nsettings = { secrets = false }\n\
-         [plugins.configmap-reload.grants]\nwrite = { \"apps/v1/Deployment\" = [\"patch\"] }\n",
+         [plugins.configmap-reload.grants]\nread = [\"apps/v1/Deployment\", \"v1/ConfigMap\"]\n\
+         write = { \"apps/v1/Deployment\" = [\"patch\"] }\n",
     )
     .unwrap();
     let host = Host::start(&[

@@ -23,7 +23,8 @@ impl StoreState {
         if !self.host.policy.may_read(&resource) {
             PluginStats::add(&self.host.stats.denied, 1);
             return Err(Error::NotPermitted(format!(
-                "plugin {} may not read {resource}: it neither subscribes to it nor has a read grant",
+                "plugin {} may not read {resource}: it does not both declare the read (a \
+                 subscription, `reads`, an index) and have a grant for it",
                 self.host.plugin
             )));
         }
@@ -212,7 +213,10 @@ mod tests {
         }
         let host = HostContext {
             plugin: "probe".into(),
-            policy: Policy::new(&Grants::default(), [config_maps()]),
+            policy: Policy::new(
+                &Grants::default().allow_read(config_maps()),
+                [config_maps()].into(),
+            ),
             cache: Arc::new(IndexerMap(BTreeMap::from([(config_maps(), indexer)]))),
             writer: Arc::new(NoCluster),
             metrics: Arc::default(),

@@ -35,6 +35,39 @@ fn object_ref(target: WitRef) -> Result<ObjectRef, Error> {
     })
 }
 
+/// The namespace `write` goes to: its target's, a creation's (given, or its manifest's), or
+/// for an Event that of the object it is about (`default` for a cluster-scoped one, as the
+/// Event is recorded there); `None` for a cluster-scoped object.
+fn written_namespace(write: &Write) -> Option<String> {
+    match write {
+        Write::Apply { target, .. } | Write::Patch { target, .. } | Write::Delete { target } => {
+            target.namespace.clone()
+        }
+        Write::Create {
+            namespace: Some(namespace),
+            ..
+        } => Some(namespace.clone()),
+        Write::Create {
+            namespace: None,
+            json,
+            ..
+        } => serde_json::from_str::<serde_json::Value>(json)
+            .ok()
+            .and_then(|manifest| {
+                manifest["metadata"]["namespace"]
+                    .as_str()
+                    .filter(|ns| !ns.is_empty())
+                    .map(str::to_owned)
+            }),
+        Write::RecordEvent { regarding, .. } => Some(
+            regarding
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".to_owned()),
+        ),
+    }
+}
+
 /// `invalid-input` when the document's `metadata.name` or `metadata.namespace`, where it has
 /// them, differ from the object the write is for (a namespace where the target has none
 /// included): a plugin writes the object it names, not another one it slips into the body.
@@ -100,9 +133,9 @@ impl StoreState {
         write: Write,
     ) -> Result<String, Error> {
         let host = self.host.clone();
-        if !host.policy.may_write(resource, verb) {
+        let refuse = |why: String| {
             PluginStats::add(&host.stats.denied, 1);
-            tracing::debug!(plugin = %host.plugin, %verb, %resource, "write refused by grants");
+            tracing::debug!(plugin = %host.plugin, %verb, %resource, "write refused: {why}");
             host.observe(
                 || self.current_call.get(),
                 || CallRecord::Refused {
@@ -110,10 +143,22 @@ impl StoreState {
                     resource: resource.clone(),
                 },
             );
-            return Err(Error::NotPermitted(format!(
+            Err(Error::NotPermitted(why))
+        };
+        if !host.policy.may_write(resource, verb) {
+            return refuse(format!(
                 "plugin {} has no grant to {verb} {resource}",
                 host.plugin
-            )));
+            ));
+        }
+        let namespace = written_namespace(&write);
+        if !host.policy.may_write_in(namespace.as_deref()) {
+            return refuse(format!(
+                "plugin {} may not {verb} {resource} in namespace {}: the host watches one \
+                 namespace, and its plugins write only there",
+                host.plugin,
+                namespace.as_deref().map(quoted).unwrap_or_default()
+            ));
         }
         self.pace_write().await?;
         // Copied only for an observer: the writer takes the write.

@@ -87,7 +87,7 @@ fn check_len(what: &str, value: &str) -> Result<(), wit::Error> {
 /// use kubeplug_runtime::{Grants, Gvk, HostCalls, IndexerMap, NoCluster};
 ///
 /// let pods = Gvk::new("", "v1", "Pod");
-/// let mut calls = HostCalls::new("probe", [pods], &Grants::default(),
+/// let mut calls = HostCalls::new("probe", [pods.clone()], &Grants::default().allow_read(pods),
 ///     Arc::new(IndexerMap::default()), Arc::new(NoCluster));
 /// let refused = calls.get(&Gvk::new("", "v1", "Secret"), "ns/a").unwrap_err();
 /// assert_eq!(refused.kind, "not-permitted");
@@ -143,18 +143,18 @@ fn key_of(meta: &wit::ObjectMeta) -> String {
 }
 
 impl HostCalls {
-    /// Calls on behalf of plugin `plugin`, subscribed to `subscribed`, allowed `grants`,
+    /// Calls on behalf of plugin `plugin`, which declares it reads `reads`, allowed `grants`,
     /// reading `cache` (no declared indexes: only `namespace`) and writing to `writer`.
     pub fn new(
         plugin: &str,
-        subscribed: impl IntoIterator<Item = Gvk>,
+        reads: impl IntoIterator<Item = Gvk>,
         grants: &Grants,
         cache: Arc<dyn CacheView>,
         writer: Arc<dyn ClusterWriter>,
     ) -> Self {
         let host = HostContext {
             plugin: plugin.into(),
-            policy: Policy::new(grants, subscribed),
+            policy: Policy::new(grants, reads.into_iter().collect()),
             cache,
             writer,
             metrics: Arc::default(),

@@ -225,7 +225,7 @@ impl Informers {
     }
 }
 
-/// Loads example `name` with `settings` over these caches.
+/// Loads example `name` with `settings` over these caches, granted their reads.
 async fn load(
     name: &str,
     settings: &str,
@@ -235,6 +235,10 @@ async fn load(
 ) -> Result<Arc<Plugin>> {
     let path = example(name)?;
     let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    // It reads what the test gives it caches of.
+    let grants = informers.caches.keys().fold(grants, |grants, resource| {
+        grants.allow_read(resource.clone())
+    });
     let spec = PluginSpec {
         path,
         bytes,

@@ -146,7 +146,7 @@ pub(crate) fn runtime() -> Runtime {
     Runtime::new(RuntimeConfig::default()).expect("engine")
 }
 
-/// Loads guest `name` with these caches, writer, grants and limits.
+/// Loads guest `name` with these caches (granted their reads), writer, grants and limits.
 pub(crate) async fn load(
     runtime: &Runtime,
     name: &str,
@@ -159,8 +159,24 @@ pub(crate) async fn load(
     Ok(Arc::new(runtime.load(spec).await?))
 }
 
-/// The load request for guest `name`.
+/// The load request for guest `name`, granted `grants` and the reads of every type in
+/// `caches` (what the test lets it see; a plugin reads nothing it is not granted).
 pub(crate) fn spec(
+    name: &str,
+    settings: &str,
+    caches: BTreeMap<Gvk, kubeplug_informer::indexer::Indexer>,
+    writer: Arc<dyn ClusterWriter>,
+    grants: Grants,
+    limits: PluginLimits,
+) -> Result<PluginSpec> {
+    let grants = caches.keys().fold(grants, |grants, resource| {
+        grants.allow_read(resource.clone())
+    });
+    exact_spec(name, settings, caches, writer, grants, limits)
+}
+
+/// The load request for guest `name`, granted exactly `grants`.
+pub(crate) fn exact_spec(
     name: &str,
     settings: &str,
     caches: BTreeMap<Gvk, kubeplug_informer::indexer::Indexer>,

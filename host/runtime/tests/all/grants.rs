@@ -81,3 +81,40 @@ async fn a_write_without_grant_is_refused_and_counted() -> Result<()> {
     );
     Ok(())
 }
+
+/// Issue 19: the host's `--namespace` bounds writes: a plugin granted Events on Pods may not
+/// record one about a Pod of another namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_outside_the_hosts_namespace_are_refused() -> Result<()> {
+    let server = MemoryServer::new();
+    server.create(&pods(), &pod("p", &[], &[])).unwrap();
+    let (informer, mut receivers) = informer(&server, pods(), 1);
+    let recorder = Arc::new(Recorder::default());
+    let grants = Grants {
+        namespace: Some("team-a".into()),
+        ..Grants::default().allow_write(gvk(&pods()), WriteVerb::RecordEvent)
+    };
+    let spec = spec(
+        "hostile-flood",
+        r#"{"writes": 1}"#,
+        BTreeMap::from([(gvk(&pods()), informer.indexer().clone())]),
+        recorder.clone(),
+        grants,
+        PluginLimits {
+            attempts: 1,
+            ..PluginLimits::default()
+        },
+    )?;
+    let plugin = Arc::new(runtime().load(spec).await?);
+    let driver = run_events(plugin.clone(), vec![receivers.remove(0)])?;
+    until("the write is tried", Duration::from_secs(30), || {
+        counter(&plugin, "refused_total") + counter(&plugin, "written_total") > 0
+    })
+    .await?;
+    assert_eq!(counter(&plugin, "refused_total"), 1, "the Pod is in `ns`");
+    assert!(recorder.writes.lock().unwrap().is_empty());
+    assert_eq!(plugin.status().denied, 1);
+    informer.stop().await;
+    driver.await?;
+    Ok(())
+}

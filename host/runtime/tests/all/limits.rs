@@ -109,7 +109,10 @@ async fn label_audit_converges_over_1000_unlabelled_objects_at_the_default_rate(
         bytes: std::fs::read(&path)?,
         path,
         settings: "{}".into(),
-        grants: flood_grants().allow_write(gvk(&deployments), WriteVerb::RecordEvent),
+        grants: flood_grants()
+            .allow_write(gvk(&deployments), WriteVerb::RecordEvent)
+            .allow_read(gvk(&pods()))
+            .allow_read(gvk(&deployments)),
         limits: PluginLimits::default(),
         cache: Arc::new(kubeplug_runtime::IndexerMap(BTreeMap::from([
             (gvk(&pods()), informer.indexer().clone()),
@@ -156,7 +159,7 @@ async fn instances_tables_and_resources_are_capped() -> Result<()> {
                 "{}",
                 BTreeMap::new(),
                 Arc::new(Recorder::default()),
-                Grants::default(),
+                Grants::default().allow_read(gvk(&pods())),
                 limits,
             )?;
             anyhow::Ok(runtime.load(spec).await)

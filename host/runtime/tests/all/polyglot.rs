@@ -93,6 +93,10 @@ async fn load_example(
 ) -> Result<Plugin, LoadError> {
     let path = example(name).unwrap_or_else(|e| panic!("{e:#}"));
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    // It reads what the test gives it caches of.
+    let grants = caches.0.keys().fold(grants, |grants, resource| {
+        grants.allow_read(resource.clone())
+    });
     runtime
         .load(PluginSpec {
             path,

@@ -176,7 +176,7 @@ async fn a_swapped_version_takes_the_next_keys() -> Result<()> {
         "label-reader",
         BTreeMap::new(),
         recorder.clone(),
-        Grants::default(),
+        Grants::default().allow_read(gvk(&pods())),
         PluginLimits::default(),
     )
     .await?;

@@ -15,8 +15,8 @@ use kubeplug_informer::indexer::{Indexer, new_indexer};
 use kubeplug_informer::object::ObjectDecoder;
 use kubeplug_informer::resource::Resource;
 use kubeplug_runtime::{
-    CompileSource, Grants, Gvk, LoadError, ObjectRef, Plugin, PluginLimits, PluginSpec, Runtime,
-    RuntimeConfig,
+    CompileSource, Grants, Gvk, LoadError, ObjectRef, Plugin, PluginLimits, PluginSpec, ReadGrant,
+    Runtime, RuntimeConfig,
 };
 use tracing::field::{Field, Visit};
 use tracing::span;
@@ -43,7 +43,15 @@ fn cache_of(kind: &str, plural: &str) -> Indexer {
     indexer
 }
 
-/// The probe named `name`, given `secret` and `port`, with ConfigMap and Secret caches.
+/// What the probe reads, granted: ConfigMaps and Secrets (it declares both).
+fn probe_reads() -> Grants {
+    Grants::default()
+        .allow_read(config_maps())
+        .allow_read(secrets())
+}
+
+/// The probe named `name`, given `secret` and `port`, with ConfigMap, Secret and Pod caches,
+/// granted exactly `grants`.
 async fn probe(
     runtime: &Runtime,
     name: &str,
@@ -55,8 +63,9 @@ async fn probe(
     let caches = BTreeMap::from([
         (config_maps(), cache_of("ConfigMap", "configmaps")),
         (secrets(), cache_of("Secret", "secrets")),
+        (Gvk::new("", "v1", "Pod"), cache_of("Pod", "pods")),
     ]);
-    let spec = spec(
+    let spec = exact_spec(
         "sandbox-probe",
         &settings.to_string(),
         caches,
@@ -171,7 +180,7 @@ async fn files_directories_environment_and_sockets_are_refused_at_run_time() -> 
     listener.set_nonblocking(true)?;
     let port = listener.local_addr()?.port();
     let runtime = runtime();
-    let plugin = probe(&runtime, "probe", "", port, Grants::default()).await?;
+    let plugin = probe(&runtime, "probe", "", port, probe_reads()).await?;
 
     all_refused("open-file", &act(&plugin, "open-file").await?, 3)?;
     all_refused("list-dir", &act(&plugin, "list-dir").await?, 2)?;
@@ -196,8 +205,8 @@ async fn files_directories_environment_and_sockets_are_refused_at_run_time() -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugins_of_one_component_never_see_each_others_settings_memory_or_metrics() -> Result<()> {
     let runtime = runtime();
-    let alpha = probe(&runtime, "probe-a", "alpha", 9, Grants::default()).await?;
-    let beta = probe(&runtime, "probe-b", "beta", 9, Grants::default()).await?;
+    let alpha = probe(&runtime, "probe-a", "alpha", 9, probe_reads()).await?;
+    let beta = probe(&runtime, "probe-b", "beta", 9, probe_reads()).await?;
     for _ in 0..2 {
         assert_eq!(
             act(&alpha, "secret").await?,
@@ -222,39 +231,42 @@ async fn plugins_of_one_component_never_see_each_others_settings_memory_or_metri
     Ok(())
 }
 
+/// A plugin reads what it both declares and is granted (issue 19: it used to grant itself
+/// whatever it subscribed to). A declared read without a grant fails the load, naming the
+/// type and the configuration lines that would grant it; granted, every cache call answers;
+/// a type it does not declare is refused through every cache call even under `*`, and each
+/// refusal is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reads_beyond_the_grants_are_refused_through_every_cache_call_and_counted() -> Result<()> {
+async fn reads_need_a_declaration_and_a_grant() -> Result<()> {
     const READS: [&str; 5] = ["get", "list", "keys", "by-index", "index-values"];
     let runtime = runtime();
-    let ungranted = probe(&runtime, "probe", "", 9, Grants::default()).await?;
-    for how in READS {
-        let report = act(&ungranted, &format!("read-{how}-secrets")).await?;
-        assert!(
-            report.starts_with("not-permitted: plugin probe may not read v1/Secret"),
-            "{how}: {report}"
-        );
-        let subscribed = act(&ungranted, &format!("read-{how}-configmaps")).await?;
-        assert!(subscribed.starts_with("allowed 1"), "{how}: {subscribed}");
-    }
-    assert_eq!(
-        ungranted.status().denied,
-        READS.len() as u64,
-        "each refusal is counted"
+    let ungranted = Grants::default().allow_read(config_maps());
+    let error = match probe(&runtime, "probe", "", 9, ungranted).await {
+        Ok(_) => bail!("a plugin loaded without a grant for its declared read of Secrets"),
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        error.contains("grants: plugin probe reads types it is not granted: v1/Secret")
+            && error.contains("[plugins.probe.grants]\nread = [\"v1/Secret\"]"),
+        "{error}"
     );
 
-    let granted = probe(
-        &runtime,
-        "probe",
-        "",
-        9,
-        Grants::default().allow_read(secrets()),
-    )
-    .await?;
+    let everything = Grants::default().allow_reads(ReadGrant::All);
+    let granted = probe(&runtime, "probe", "", 9, everything).await?;
     for how in READS {
         let report = act(&granted, &format!("read-{how}-secrets")).await?;
         assert!(report.starts_with("allowed 1"), "{how}: {report}");
+        let undeclared = act(&granted, &format!("read-{how}-pods")).await?;
+        assert!(
+            undeclared.starts_with("not-permitted: plugin probe may not read v1/Pod"),
+            "{how}: {undeclared}"
+        );
     }
-    assert_eq!(granted.status().denied, 0);
+    assert_eq!(
+        granted.status().denied,
+        READS.len() as u64,
+        "each refusal is counted"
+    );
     Ok(())
 }
 
@@ -380,7 +392,7 @@ async fn output_reaches_tracing_named_by_plugin_and_the_excess_is_dropped_and_co
     let captured = Captured::default();
     let _guard = tracing::subscriber::set_default(captured.clone());
     let runtime = runtime();
-    let plugin = probe(&runtime, "probe-logs", "", 9, Grants::default()).await?;
+    let plugin = probe(&runtime, "probe-logs", "", 9, probe_reads()).await?;
 
     assert_eq!(
         act(&plugin, &format!("print-{PRINTED}")).await?,

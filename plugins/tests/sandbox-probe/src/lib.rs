@@ -7,7 +7,8 @@
 //! plugin was given), `port` (a TCP port on 127.0.0.1 to try to reach).
 //!
 //! Actions: `open-file`, `list-dir`, `environment`, `socket`, `secret`,
-//! `read-<get|list|keys|by-index|index-values>-<configmaps|secrets>`, `print-<n>`
+//! `read-<get|list|keys|by-index|index-values>-<configmaps|secrets|pods>` (Pods it does not
+//! declare), `print-<n>`
 //! (n lines to stdout), `stderr-<n>`, `log-<n>` (n `log` records).
 
 use std::sync::Mutex;
@@ -66,6 +67,8 @@ impl Probe {
             return match kind {
                 "configmaps" => read(how, &gvk("", "v1", "ConfigMap"), "cm-by-app"),
                 "secrets" => read(how, &gvk("", "v1", "Secret"), "secret-by-app"),
+                // Declared nowhere: no grant may open it.
+                "pods" => read(how, &gvk("", "v1", "Pod"), "namespace"),
                 other => format!("unknown kind {other:?}"),
             };
         }
