@@ -104,6 +104,10 @@ pub struct HostConfig {
     pub namespace: Option<String>,
     /// Types only a plugin's own exact read grant opens (default [`DEFAULT_SENSITIVE`]).
     pub sensitive: Option<Vec<String>>,
+    /// Serve `/metrics` and `/plugins` over HTTPS to authenticated, authorised callers only.
+    pub metrics_secure: Option<bool>,
+    /// The directory of the secure endpoints' `tls.crt` and `tls.key`.
+    pub metrics_cert_dir: Option<PathBuf>,
 }
 
 impl HostConfig {

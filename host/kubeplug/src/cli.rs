@@ -92,6 +92,20 @@ pub(crate) struct RbacArgs {
     /// ServiceAccount's namespace, to get, create and update Leases.
     #[arg(long, env = "KUBEPLUG_LEADER_ELECT")]
     pub(crate) leader_elect: bool,
+
+    /// Print what `run`'s secure endpoints need (its default against a cluster): the
+    /// host's `create` on TokenReviews and SubjectAccessReviews, and a `NAME-metrics-reader`
+    /// ClusterRole to bind to whoever scrapes `/metrics` and `/plugins`.
+    #[arg(
+        long,
+        env = "KUBEPLUG_METRICS_SECURE",
+        value_name = "BOOL",
+        default_value_t = true,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub(crate) metrics_secure: bool,
 }
 
 /// Flags of `kubeplug run`.
@@ -117,6 +131,25 @@ pub(crate) struct RunArgs {
     /// Configuration file (TOML): grants, limits and per-plugin settings. Flags override it.
     #[arg(long, env = "KUBEPLUG_CONFIG", value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
+
+    /// Serve over HTTPS, with /metrics and /plugins only for callers the API server
+    /// authenticates (TokenReview) and allows to `get` the path (SubjectAccessReview);
+    /// /healthz and /readyz stay open [default: the config file's `host.metrics_secure`,
+    /// else true against a cluster and false with --local].
+    #[arg(
+        long,
+        env = "KUBEPLUG_METRICS_SECURE",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub(crate) metrics_secure: Option<bool>,
+
+    /// Directory holding `tls.crt` and `tls.key` for HTTPS, reloaded when they change
+    /// [default: the config file's `host.metrics_cert_dir`, else a self-signed certificate
+    /// made at start].
+    #[arg(long, env = "KUBEPLUG_METRICS_CERT_DIR", value_name = "DIR")]
+    pub(crate) metrics_cert_dir: Option<PathBuf>,
 
     /// How long a graceful shutdown (SIGTERM) may work off queued reconcile keys before it
     /// drops them; calls in flight always finish. Keep it below the pod's

@@ -1,4 +1,10 @@
-//! The HTTP server: `/healthz`, `/readyz`, `/metrics` and `/plugins`.
+//! The HTTP server: `/healthz`, `/readyz`, `/metrics` and `/plugins`, over plain HTTP or, in
+//! secure mode, HTTPS with `/metrics` and `/plugins` behind the API server's authentication
+//! and authorisation. `/healthz` and `/readyz` stay open either way, and say only what the
+//! host wrote (check names, stages, HTTP statuses), never a plugin's text.
+
+mod auth;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -12,6 +18,21 @@ use axum::routing::get;
 use axum::{Json, Router};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
+
+pub(crate) use auth::KubeReviews;
+pub(crate) use tls::CertificateSource;
+
+/// How the endpoints are served.
+pub(crate) enum Serving {
+    /// Plain HTTP, open to whoever reaches the port.
+    Plain,
+    /// HTTPS with the certificate of `certificate`; `/metrics` and `/plugins` answer only
+    /// callers the API server of `reviews` authenticates and allows to `get` them.
+    Secure {
+        certificate: CertificateSource,
+        reviews: Arc<dyn auth::Reviews>,
+    },
+}
 
 /// Named readiness checks; the host is ready when every one is. Cheap to clone.
 #[derive(Clone, Default)]
@@ -61,18 +82,26 @@ pub(crate) struct HttpState {
     pub(crate) plugins: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
 }
 
-fn router(state: HttpState) -> Router {
+/// The routes; with a gate, `/metrics` and `/plugins` pass it first.
+fn router(state: HttpState, gate: Option<Arc<auth::Gate>>) -> Router {
+    let mut guarded = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/plugins", get(plugins));
+    if let Some(gate) = gate {
+        guarded = guarded.route_layer(axum::middleware::from_fn_with_state(gate, auth::guard));
+    }
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/plugins", get(plugins))
+        .merge(guarded)
         .with_state(state)
 }
 
-/// Serves until `cancel` fires. Binding errors name the address.
+/// Serves until `cancel` fires. Errors name the address, or the certificate that does not
+/// load.
 pub(crate) async fn serve(
     address: SocketAddr,
+    serving: Serving,
     state: HttpState,
     cancel: CancellationToken,
 ) -> anyhow::Result<SocketAddr> {
@@ -80,13 +109,30 @@ pub(crate) async fn serve(
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {address} for HTTP: {e}"))?;
     let bound = listener.local_addr()?;
-    tokio::spawn(async move {
-        let server = axum::serve(listener, router(state))
-            .with_graceful_shutdown(async move { cancel.cancelled().await });
-        if let Err(error) = server.await {
+    let shutdown = cancel.clone();
+    let stopped = |result: std::io::Result<()>| {
+        if let Err(error) = result {
             tracing::error!(%error, "HTTP server stopped");
         }
-    });
+    };
+    match serving {
+        Serving::Plain => {
+            let server = axum::serve(listener, router(state, None))
+                .with_graceful_shutdown(async move { shutdown.cancelled().await });
+            tokio::spawn(async move { stopped(server.await) });
+        }
+        Serving::Secure {
+            certificate,
+            reviews,
+        } => {
+            let config = tls::serving_config(&certificate, cancel.clone())?;
+            let listener = tls::TlsListener::new(listener, config, cancel)?;
+            let gate = Arc::new(auth::Gate::new(reviews));
+            let server = axum::serve(listener, router(state, Some(gate)))
+                .with_graceful_shutdown(async move { shutdown.cancelled().await });
+            tokio::spawn(async move { stopped(server.await) });
+        }
+    }
     Ok(bound)
 }
 

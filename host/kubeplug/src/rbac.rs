@@ -150,11 +150,51 @@ fn leader_election_documents(args: &RbacArgs) -> [Value; 2] {
     ]
 }
 
-/// The Role/ClusterRole and binding documents for `rules`, then leader election's.
+/// What the secure endpoints (`run --metrics-secure`, the default against a cluster) need:
+/// the host reviews its callers' tokens and access, as controller-runtime's
+/// `metrics-auth-role`; and `{name}-metrics-reader`, to bind to whoever scrapes (such as
+/// Prometheus's ServiceAccount), as controller-runtime's `metrics-reader`.
+fn metrics_documents(args: &RbacArgs) -> [Value; 3] {
+    let auth = format!("{}-metrics-auth", args.name);
+    [
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": auth},
+            "rules": [
+                {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+                {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+            ],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": auth},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": auth},
+            "subjects": [{
+                "kind": "ServiceAccount",
+                "name": args.service_account,
+                "namespace": args.service_account_namespace,
+            }],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": format!("{}-metrics-reader", args.name)},
+            "rules": [{"nonResourceURLs": ["/metrics", "/plugins"], "verbs": ["get"]}],
+        }),
+    ]
+}
+
+/// The Role/ClusterRole and binding documents for `rules`, then leader election's and the
+/// secure endpoints'.
 fn documents(rules: &Rules, args: &RbacArgs) -> Vec<Value> {
     let mut documents = plugin_documents(rules, args);
     if args.leader_elect {
         documents.extend(leader_election_documents(args));
+    }
+    if args.metrics_secure {
+        documents.extend(metrics_documents(args));
     }
     documents
 }
@@ -309,6 +349,7 @@ mod tests {
     #[test]
     fn leader_election_adds_a_role_on_leases_in_the_service_account_namespace() {
         let args = rbac_args(&[
+            "--metrics-secure=false",
             "--leader-elect",
             "--namespace",
             "team-a",
@@ -353,11 +394,49 @@ mod tests {
     #[test]
     fn without_leader_election_no_lease_is_granted() {
         let documents = documents(&deployments_watched(), &rbac_args(&[]));
-        let kinds: Vec<&str> = documents
-            .iter()
-            .map(|d| d["kind"].as_str().unwrap())
-            .collect();
-        assert_eq!(kinds, ["ClusterRole", "ClusterRoleBinding"]);
         assert!(!documents.iter().any(|d| d.to_string().contains("leases")));
+    }
+
+    #[test]
+    fn the_secure_endpoints_get_their_reviews_and_a_reader_role_unless_turned_off() {
+        let names = |documents: &[Value]| -> Vec<String> {
+            documents
+                .iter()
+                .map(|d| {
+                    format!(
+                        "{} {}",
+                        d["kind"].as_str().unwrap(),
+                        d["metadata"]["name"].as_str().unwrap()
+                    )
+                })
+                .collect()
+        };
+        let documents = documents(&deployments_watched(), &rbac_args(&["--name", "kp"]));
+        assert_eq!(
+            names(&documents),
+            [
+                "ClusterRole kp",
+                "ClusterRoleBinding kp",
+                "ClusterRole kp-metrics-auth",
+                "ClusterRoleBinding kp-metrics-auth",
+                "ClusterRole kp-metrics-reader",
+            ]
+        );
+        assert_eq!(
+            documents[2]["rules"],
+            json!([
+                {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+                {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+            ])
+        );
+        assert_eq!(
+            documents[4]["rules"],
+            json!([{"nonResourceURLs": ["/metrics", "/plugins"], "verbs": ["get"]}])
+        );
+        let plain = super::documents(
+            &deployments_watched(),
+            &rbac_args(&["--name", "kp", "--metrics-secure=false"]),
+        );
+        assert_eq!(names(&plain), ["ClusterRole kp", "ClusterRoleBinding kp"]);
     }
 }

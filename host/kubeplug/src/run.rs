@@ -27,7 +27,7 @@ use tracing::{info, warn};
 
 use crate::cli::{ElectionArgs, RunArgs};
 use crate::config::Config;
-use crate::http::{HttpState, Readiness, serve};
+use crate::http::{CertificateSource, HttpState, KubeReviews, Readiness, Serving, serve};
 use crate::kube_writer::{KubeWriter, reporting_instance};
 use crate::metrics::{InformerCollector, PluginCollector, ScanCollector};
 use crate::plugins::{DirConfig, Hints, PluginDir, PluginHost, Resolve, Resolver, watch};
@@ -85,6 +85,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     };
 
+    let serving = serving(&args, &config, &cluster.backend)?;
     let factory = SharedInformerFactory::new(cluster.provider, ReflectorConfig::default());
     let mut registry = Registry::default();
     let election = args.election.leader_elect.then_some(args.election);
@@ -134,8 +135,12 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         registry: Arc::new(registry),
         plugins: Arc::new(move || serde_json::to_value(reports.reports()).unwrap_or_default()),
     };
-    let bound = serve(http_address, state, cancel.clone()).await?;
-    info!(address = %bound, "serving /healthz, /readyz, /metrics and /plugins");
+    let scheme = match serving {
+        Serving::Plain => "http",
+        Serving::Secure { .. } => "https",
+    };
+    let bound = serve(http_address, serving, state, cancel.clone()).await?;
+    info!(address = %bound, scheme, "serving /healthz, /readyz, /metrics and /plugins");
 
     if let Backend::Kube { client, discovery } = &cluster.backend {
         tokio::select! {
@@ -323,6 +328,36 @@ pub(crate) enum Backend {
         client: Box<KubeClient>,
         discovery: Discovery,
     },
+}
+
+/// How the endpoints are served: securely by default against a cluster, as
+/// controller-runtime's `--metrics-secure`, and in plain HTTP on the local cluster, which has
+/// no API server to review callers.
+fn serving(args: &RunArgs, config: &Config, backend: &Backend) -> anyhow::Result<Serving> {
+    let secure = args
+        .metrics_secure
+        .or(config.host.metrics_secure)
+        .unwrap_or(matches!(backend, Backend::Kube { .. }));
+    let cert_dir = args
+        .metrics_cert_dir
+        .clone()
+        .or_else(|| config.host.metrics_cert_dir.clone());
+    match backend {
+        _ if !secure => {
+            if let Some(dir) = cert_dir {
+                warn!(dir = %dir.display(), "a certificate directory is given but the endpoints are served in plain HTTP (metrics_secure is false)");
+            }
+            Ok(Serving::Plain)
+        }
+        Backend::Local { .. } => bail!(
+            "--metrics-secure needs an API server to authenticate and authorise callers; \
+             the local cluster has none"
+        ),
+        Backend::Kube { client, .. } => Ok(Serving::Secure {
+            certificate: cert_dir.map_or(CertificateSource::SelfSigned, CertificateSource::Dir),
+            reviews: Arc::new(KubeReviews(client.client().clone())),
+        }),
+    }
 }
 
 /// Serves `dir` as the cluster and follows its changes until `cancel`.

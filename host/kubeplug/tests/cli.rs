@@ -92,6 +92,18 @@ fn bad_input_exits_non_zero_with_a_message_naming_the_problem() {
         ],
         &["/nonexistent/kubeconfig", "--local"],
     );
+    // The local cluster has no API server to authenticate callers with.
+    fails_naming(
+        &[
+            "run",
+            "--local",
+            cluster_dir,
+            "--plugins",
+            plugins_dir,
+            "--metrics-secure",
+        ],
+        &["--metrics-secure", "local cluster"],
+    );
 }
 
 #[test]
@@ -485,7 +497,7 @@ fn rbac_prints_the_rules_the_plugins_and_their_grants_need() {
         format!("{reads}write = {{ \"apps/v1/Deployment\" = [\"record-event\"] }}\n"),
     )
     .unwrap();
-    let docs = rules(&["--namespace", "team-a"]);
+    let docs = rules(&["--namespace", "team-a", "--metrics-secure=false"]);
     assert_eq!(docs[0]["kind"], "Role");
     assert_eq!(docs[0]["metadata"]["namespace"], "team-a");
     assert_eq!(verbs(&docs, "Role", "events"), ["create", "patch"]);

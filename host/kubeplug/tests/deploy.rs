@@ -378,6 +378,21 @@ fn check_host_deployment(file: &str) -> (PodSpec, Container) {
         (port, "/healthz".to_owned()),
         "{file}"
     );
+    // Served securely, as stated: the probes speak HTTPS.
+    assert!(
+        args.iter().any(|a| a == "--metrics-secure"),
+        "{file}: {args:?}"
+    );
+    for probe in [
+        &host.startup_probe,
+        &host.liveness_probe,
+        &host.readiness_probe,
+    ] {
+        let scheme = probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref()?.scheme.clone());
+        assert_eq!(scheme.as_deref(), Some("HTTPS"), "{file}");
+    }
 
     // The Service sends metrics scrapes to these pods, on the same port.
     let service: Service = typed(&manifest("service.yaml")[0], "service.yaml");

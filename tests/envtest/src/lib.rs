@@ -340,6 +340,11 @@ impl Envtest {
         }
     }
 
+    /// `user`'s bearer token, for clients other than kube's (`Authorization: Bearer`).
+    pub fn token(&self, user: User) -> &str {
+        self.credentials.token(user)
+    }
+
     /// The directory holding the certificates, tokens, kubeconfig, `etcd.log`,
     /// `kube-apiserver.log` and etcd's data; removed when the control plane stops.
     pub fn work_dir(&self) -> &Path {

@@ -47,7 +47,7 @@ pub(crate) fn wait_until<T>(what: &str, mut probe: impl FnMut() -> Option<T>) ->
 /// A running host, killed on drop.
 pub(crate) struct Host {
     pub(crate) child: Child,
-    address: SocketAddr,
+    pub(crate) address: SocketAddr,
     /// Every line it wrote to stderr so far.
     stderr: Arc<Mutex<Vec<String>>>,
 }
@@ -60,14 +60,28 @@ impl Drop for Host {
 }
 
 impl Host {
-    /// `kubeplug run --http 127.0.0.1:0 ARGS...`, once it reports its HTTP address.
+    /// `kubeplug run --http 127.0.0.1:0 --metrics-secure=false ARGS...`, once it reports its
+    /// HTTP address: in plain HTTP, which [`get`](Self::get) speaks. The secure endpoints
+    /// have their own tests, through [`spawn`](Self::spawn).
     pub(crate) fn start<I>(args: I) -> Self
     where
         I: IntoIterator,
         I::Item: AsRef<OsStr>,
     {
+        Self::spawn(["--metrics-secure=false"], args)
+    }
+
+    /// `kubeplug run --http 127.0.0.1:0 FLAGS... ARGS...`, once it reports its address.
+    pub(crate) fn spawn<I, J>(flags: J, args: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: AsRef<OsStr>,
+        J: IntoIterator,
+        J::Item: AsRef<OsStr>,
+    {
         let mut child = kubeplug()
             .args(["run", "--http", "127.0.0.1:0"])
+            .args(flags)
             .args(args)
             .stderr(Stdio::piped())
             .spawn()
