@@ -248,6 +248,14 @@ pub enum DescriptionError {
         quoted(.0)
     )]
     InvalidName(String),
+    /// The version text is not a version: shown in `/plugins`, `kubeplug check` and logs,
+    /// it must be short and plain.
+    #[error(
+        "version: {} is not a version (1 to {MAX_VERSION} bytes of letters, digits, '.', '-', '+' \
+         and '_')",
+        quoted(.0)
+    )]
+    InvalidVersion(String),
     /// A namespace, or a part of a resource type, is not a valid name of its kind.
     #[error("{field}: {source}")]
     InvalidIdentifier {
@@ -376,6 +384,18 @@ fn check_count(
 }
 
 /// `Err(TooLong)` naming `field()` (built only then) when `text` is over [`MAX_TEXT`].
+/// The longest version text: 128 bytes, room for any semantic version with pre-release and
+/// build parts.
+pub const MAX_VERSION: usize = 128;
+
+/// Whether `text` reads as a version: what semantic versions, `v`-prefixed tags and dates use.
+fn is_version(text: &str) -> bool {
+    (1..=MAX_VERSION).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'+' | b'_'))
+}
+
 fn check_text(field: impl FnOnce() -> String, text: &str) -> Result<(), DescriptionError> {
     if text.len() > MAX_TEXT {
         return Err(DescriptionError::TooLong {
@@ -524,7 +544,9 @@ impl Description {
         if !is_dns_label(&raw.name) {
             return Err(DescriptionError::InvalidName(raw.name));
         }
-        check_text(|| "version".to_owned(), &raw.version)?;
+        if !is_version(&raw.version) {
+            return Err(DescriptionError::InvalidVersion(raw.version));
+        }
         if raw.subscriptions.is_empty() {
             return Err(DescriptionError::NoSubscription);
         }
@@ -786,12 +808,35 @@ mod tests {
     }
 
     #[test]
+    fn a_version_is_short_and_plain() {
+        for good in ["0.1.0", "v2", "1.0.0-rc.1+build.5", "2026_12_02"] {
+            let mut r = raw();
+            r.version = good.to_owned();
+            assert!(
+                Description::check(r, &DescriptionBounds::default()).is_ok(),
+                "{good}"
+            );
+        }
+        for bad in [
+            String::new(),
+            "a".repeat(MAX_VERSION + 1),
+            "1.0\nINFO forged".into(),
+            "1 0".into(),
+        ] {
+            let mut r = raw();
+            r.version = bad.clone();
+            assert!(refusal(r).starts_with("version: "), "{bad:?}");
+        }
+        // Quoted, and cut: a long version is not echoed whole.
+        let mut r = raw();
+        r.version = "é".repeat(MAX_TEXT);
+        assert!(refusal(r).len() < 512);
+    }
+
+    #[test]
     fn strings_past_the_bound_are_refused_naming_where_they_are() {
         let long = "a".repeat(MAX_TEXT + 1);
         let too_long = |field: &str| format!("{field}: {} bytes; at most {MAX_TEXT}", MAX_TEXT + 1);
-        let mut r = raw();
-        r.version = long.clone();
-        assert_eq!(refusal(r), too_long("version"));
         let mut r = raw();
         r.subscriptions.push(subscription(pods()));
         r.subscriptions[1].label_selector = Some(long.clone());

@@ -222,8 +222,16 @@ fn reference_problems(raw: &RawDescription) -> Vec<String> {
             && text.chars().all(|c| c.is_ascii_alphanumeric())
     };
     let name_valid = dns_label(&raw.name);
-    text("version".into(), &raw.version);
     let mut named_wrong = Vec::new();
+    // A version is shown wherever the plugin is: short, and what version texts use.
+    let version_valid = (1..=128).contains(&raw.version.len())
+        && raw
+            .version
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+' | '_'));
+    if !version_valid {
+        named_wrong.push("version".into());
+    }
     // The field, when the type's parts break their rules.
     let gvk = |text: &mut dyn FnMut(String, &str), field: String, g: &Gvk| {
         text(format!("{field}.group"), &g.group);
