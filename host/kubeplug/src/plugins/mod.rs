@@ -223,9 +223,9 @@ impl PluginHost {
     }
 
     /// Carries out one batch of directory changes: new and changed files are loaded in
-    /// parallel (bounded by the cores), then swapped in one by one; removed files are
-    /// unloaded. Returns the files whose load failed for a reason outside the file, to be
-    /// tried again later ([`PluginDir::retry`]).
+    /// parallel (bounded by the cores), each swapped in as soon as it is loaded, so that a
+    /// slow one holds back no other; removed files are unloaded. Returns the files whose load
+    /// failed for a reason outside the file, to be tried again later ([`PluginDir::retry`]).
     pub(crate) async fn apply(&self, changes: Vec<Change>) -> Vec<PathBuf> {
         let mut contents = Vec::new();
         for change in changes {
@@ -246,25 +246,25 @@ impl PluginHost {
             }
         }
         let parallel = std::thread::available_parallelism().map_or(1, usize::from);
-        let prepared: Vec<_> = futures::stream::iter(contents)
-            .map(|content| self.prepare(content))
-            .buffered(parallel)
-            .collect()
-            .await;
-        let mut retry = Vec::new();
-        for result in prepared {
-            let installed = match result {
-                Ok(prepared) => self.install(prepared).await,
-                Err(failure) => Err(failure),
-            };
-            if let Err(failure) = installed {
-                if failure.is_retryable() {
-                    retry.push(failure.path().to_owned());
+        let retry = Mutex::new(Vec::new());
+        futures::stream::iter(contents)
+            .for_each_concurrent(parallel, |content| async {
+                let installed = match self.prepare(content).await {
+                    Ok(prepared) => self.install(prepared).await,
+                    Err(failure) => Err(failure),
+                };
+                if let Err(failure) = installed {
+                    if failure.is_retryable() {
+                        retry
+                            .lock()
+                            .expect("retry list poisoned by a panic")
+                            .push(failure.path().to_owned());
+                    }
+                    self.failed(failure);
                 }
-                self.failed(failure);
-            }
-        }
-        retry
+            })
+            .await;
+        retry.into_inner().expect("retry list poisoned by a panic")
     }
 
     /// Every load stage short of swapping in: settings, compile (through the artefact
@@ -317,6 +317,10 @@ impl PluginHost {
             })
             .await?;
         let description = plugin.description();
+        // `/plugins` names it from now on, while the rest of its load goes on.
+        if let Some(entry) = self.table().get_mut(&path) {
+            entry.described_as = Some(description.name.clone());
+        }
         if let Some(cause) = name_mismatch(&path, &description.name) {
             return Err(LoadFailure::NameMismatch {
                 path,

@@ -160,8 +160,20 @@ impl Harness {
 
     /// A harness whose host reads the configuration `config` (TOML).
     async fn configured(dir_config: DirConfig, config: &str) -> Self {
+        Self::with_files(dir_config, config, &[]).await
+    }
+
+    /// A harness whose plugins directory holds `files` (name, content) before the host
+    /// first looks at it, all settled: they load as one batch.
+    async fn with_files(dir_config: DirConfig, config: &str, files: &[(&str, Vec<u8>)]) -> Self {
         let cluster_dir = tempfile::tempdir().unwrap();
         let plugins = tempfile::tempdir().unwrap();
+        for (name, bytes) in files {
+            std::fs::write(plugins.path().join(name), bytes).unwrap();
+        }
+        if !files.is_empty() {
+            tokio::time::sleep(dir_config.settle * 2).await;
+        }
         let artifacts = tempfile::tempdir().unwrap();
         let (cluster, _) = LocalCluster::open(cluster_dir.path()).unwrap();
         let factory =
@@ -633,6 +645,31 @@ async fn a_version_with_other_subscriptions_gets_new_registrations() {
         keys[0].resource.kind, "Pod",
         "the ConfigMap informer stopped"
     );
+    harness.stop().await;
+}
+
+/// Each plugin of a batch starts as soon as it is loaded: one whose `describe()` runs into
+/// its deadline does not hold back the one beside it, and `/plugins` shows each one's own
+/// state. Regression (issue 20): every plugin of the start-up batch waited for the slowest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_plugin_holds_back_no_other_plugin_of_its_batch() {
+    let config = format!("{CONFIG}\n[plugins.slow]\ncall_deadline_ms = 6000\n");
+    let files = [
+        ("slow.wasm", guest_bytes("recorder-describe-slow")),
+        ("recorder.wasm", guest_bytes("recorder")),
+    ];
+    let settle = DirConfig {
+        settle: Duration::from_millis(100),
+        ..DirConfig::default()
+    };
+    let harness = Harness::with_files(settle, &config, &files).await;
+    harness.write_config_map("cm-0", 0);
+    eventually("the recorder runs", LONG, || {
+        !harness.recorded.all().is_empty()
+    })
+    .await;
+    assert_eq!(harness.report("recorder.wasm").unwrap().state, "running");
+    assert_eq!(harness.report("slow.wasm").unwrap().state, "loading");
     harness.stop().await;
 }
 
