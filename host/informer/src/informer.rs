@@ -20,7 +20,7 @@ use crate::indexer::{Indexer, IndexerWriter, new_indexer};
 use crate::listener::{BufferPolicy, Listener, ListenerId, ListenerReceiver, Notification};
 use crate::object::ObjectDecoder;
 use crate::reflector::{
-    Reflector, ReflectorConfig, ReflectorCounts, ReflectorStats, WatchErrorHandler,
+    Reflector, ReflectorConfig, ReflectorCounts, ReflectorError, ReflectorStats, WatchErrorHandler,
 };
 use crate::source::ListerWatcher;
 
@@ -258,6 +258,12 @@ impl SharedIndexInformer {
     /// The Reflector's counters now.
     pub fn reflector_counts(&self) -> ReflectorCounts {
         self.inner.reflector_stats.counts()
+    }
+
+    /// The last failure to list or watch since the last complete list: why an informer that
+    /// has not synced has not (it keeps retrying with back-off).
+    pub fn last_error(&self) -> Option<ReflectorError> {
+        self.inner.reflector_stats.last_error()
     }
 
     /// client-go's `LastSyncResourceVersion`: the Reflector has handed every change up to

@@ -125,6 +125,8 @@ pub struct ReflectorStats {
     /// The resourceVersion of the last list or watch event (bookmarks included) whose
     /// changes are in the DeltaFIFO; empty before the first list.
     last_sync_resource_version: Mutex<String>,
+    /// The last failure to list or watch since the last complete list.
+    last_error: Mutex<Option<ReflectorError>>,
 }
 
 /// A Reflector's counters at one moment. Each only grows.
@@ -165,6 +167,29 @@ impl ReflectorStats {
 
     fn set_last_sync_resource_version(&self, resource_version: &str) {
         resource_version.clone_into(&mut self.last_sync());
+    }
+
+    /// The last failure to list or watch since the last complete list: why an informer
+    /// that has not synced has not. Skipped objects do not count; `None` after a list.
+    pub fn last_error(&self) -> Option<ReflectorError> {
+        self.last_error_slot().clone()
+    }
+
+    fn set_last_error(&self, error: Option<ReflectorError>) {
+        *self.last_error_slot() = error;
+    }
+
+    fn last_error_slot(&self) -> std::sync::MutexGuard<'_, Option<ReflectorError>> {
+        // A plain assignment cannot leave the value half-written.
+        self.last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A complete list: counted, and the failures before it are history.
+    fn listed(&self) {
+        self.lists.fetch_add(1, Ordering::Relaxed);
+        self.set_last_error(None);
     }
 
     fn last_sync(&self) -> std::sync::MutexGuard<'_, String> {
@@ -283,6 +308,9 @@ impl Reflector {
             Some(delay) => warn!(%error, retry_in = ?delay, "reflector"),
             None => warn!(%error, "reflector"),
         }
+        if !matches!(error, ReflectorError::ObjectSkipped { .. }) {
+            self.stats.set_last_error(Some(error.clone()));
+        }
         if let Some(handler) = &self.on_error {
             handler(&error);
         }
@@ -357,7 +385,7 @@ impl Reflector {
                     },
                     None => {
                         debug!(objects = items.len(), rv = %page.resource_version, "listed");
-                        self.stats.lists.fetch_add(1, Ordering::Relaxed);
+                        self.stats.listed();
                         self.fifo.replace(items);
                         self.stats
                             .set_last_sync_resource_version(&page.resource_version);
@@ -528,7 +556,7 @@ impl Reflector {
                 }
                 if initial_events_end && let Some(items) = initial.take() {
                     debug!(objects = items.len(), rv = %resource_version, "streamed initial list");
-                    self.stats.lists.fetch_add(1, Ordering::Relaxed);
+                    self.stats.listed();
                     self.fifo.replace(items);
                 }
             }

@@ -514,3 +514,28 @@ proptest! {
         runtime.block_on(churn(steps));
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_informer_that_cannot_list_says_why_until_it_lists() {
+    let server = MemoryServer::new();
+    server.inject(Fault::Fail {
+        call: Call::List,
+        times: 3,
+        status: Status::new(403, "Forbidden", "pods is forbidden"),
+        retry_after: None,
+    });
+    let informer = informer_on(&server);
+    informer.start();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!informer.has_synced());
+    match informer.last_error() {
+        Some(ReflectorError::ListFailed { source, .. }) => {
+            assert!(source.to_string().contains("403"), "{source}");
+        }
+        other => panic!("expected the refused list, got {other:?}"),
+    }
+    // It keeps retrying with back-off, and a list clears the error.
+    informer.wait_for_sync().await;
+    assert!(informer.last_error().is_none());
+    informer.stop().await;
+}
