@@ -23,6 +23,7 @@
 //! max_wasi_resources = 4096
 //! write_qps = 20.0
 //! write_burst = 30
+//! sync_deadline_s = 120
 //!
 //! # Grants every plugin gets besides its own; patterns in `read` only.
 //! [defaults.grants]

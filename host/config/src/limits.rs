@@ -34,6 +34,9 @@ pub struct Limits {
     pub write_qps: Option<f64>,
     /// Cluster writes at once, above the average rate.
     pub write_burst: Option<u32>,
+    /// How long a loaded plugin waits for the informers it reads to sync before it is
+    /// reported failed, s. It still starts once they sync.
+    pub sync_deadline_s: Option<u64>,
 }
 
 /// A plugin's limits with every key decided.
@@ -63,6 +66,8 @@ pub struct SandboxLimits {
     pub write_qps: f64,
     /// Cluster writes at once, above the average rate.
     pub write_burst: u32,
+    /// How long a loaded plugin waits for its informers to sync before it is failed, s.
+    pub sync_deadline_s: u64,
 }
 
 impl SandboxLimits {
@@ -80,6 +85,7 @@ impl SandboxLimits {
     ///   once (stdout, stderr, a pollable per pending call); each costs the host memory.
     /// - 20 writes a second in bursts of 30: client-go's default QPS and burst for a client,
     ///   so that one plugin cannot flood the API server for everyone.
+    /// - A 120 s sync deadline: controller-runtime's `CacheSyncTimeout`.
     pub const BUILT_IN: SandboxLimits = SandboxLimits {
         memory_limit_mib: 64,
         call_deadline_ms: 1000,
@@ -93,6 +99,7 @@ impl SandboxLimits {
         max_wasi_resources: 4096,
         write_qps: 20.0,
         write_burst: 30,
+        sync_deadline_s: 120,
     };
 
     /// The largest memory limit: a 32-bit linear memory holds at most 4 GiB.
@@ -123,6 +130,7 @@ impl Limits {
             max_wasi_resources: pick!(max_wasi_resources),
             write_qps: pick!(write_qps),
             write_burst: pick!(write_burst),
+            sync_deadline_s: pick!(sync_deadline_s),
         }
     }
 
@@ -145,6 +153,7 @@ impl Limits {
             ("max_table_elements", self.max_table_elements.map(u64::from)),
             ("max_wasi_resources", self.max_wasi_resources.map(u64::from)),
             ("write_burst", self.write_burst.map(u64::from)),
+            ("sync_deadline_s", self.sync_deadline_s),
         ];
         for (key, value) in counts {
             if value == Some(0) {

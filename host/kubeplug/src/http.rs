@@ -43,7 +43,9 @@ pub(crate) struct Readiness {
 /// One readiness check's state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Check {
-    Ready,
+    /// Ready, with notes `/readyz?verbose` shows under it (plugins that failed while others
+    /// run).
+    Ready(Vec<String>),
     /// Not yet ready (still starting).
     Pending,
     /// Not ready, and why: shown by `/readyz`, so that an operator sees what to fix.
@@ -53,8 +55,17 @@ enum Check {
 impl Readiness {
     /// Sets one check.
     pub(crate) fn set(&self, name: &str, ready: bool) {
-        let check = if ready { Check::Ready } else { Check::Pending };
+        let check = if ready {
+            Check::Ready(Vec::new())
+        } else {
+            Check::Pending
+        };
         self.lock().insert(name.to_owned(), check);
+    }
+
+    /// Marks one check ready, with notes for `/readyz?verbose`.
+    pub(crate) fn ready_with_notes(&self, name: &str, notes: Vec<String>) {
+        self.lock().insert(name.to_owned(), Check::Ready(notes));
     }
 
     /// Marks one check failed, with the reason `/readyz` shows.
@@ -145,7 +156,10 @@ struct ReadyzQuery {
 /// / `[-]name failed: reason` line per check.
 async fn readyz(State(state): State<HttpState>, Query(query): Query<ReadyzQuery>) -> Response {
     let checks = state.readiness.snapshot();
-    let ready = !checks.is_empty() && checks.values().all(|check| *check == Check::Ready);
+    let ready = !checks.is_empty()
+        && checks
+            .values()
+            .all(|check| matches!(check, Check::Ready(_)));
     let status = if ready {
         StatusCode::OK
     } else {
@@ -155,7 +169,12 @@ async fn readyz(State(state): State<HttpState>, Query(query): Query<ReadyzQuery>
     if query.verbose.is_some() || !ready {
         for (name, check) in &checks {
             let _ = match check {
-                Check::Ready => writeln!(body, "[+]{name} ok"),
+                Check::Ready(notes) => {
+                    let _ = writeln!(body, "[+]{name} ok");
+                    notes
+                        .iter()
+                        .try_for_each(|note| writeln!(body, "    {note}"))
+                }
                 Check::Pending => writeln!(body, "[-]{name} not ready"),
                 Check::Failed(reason) => writeln!(body, "[-]{name} failed: {reason}"),
             };

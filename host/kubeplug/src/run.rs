@@ -1,5 +1,6 @@
 //! `kubeplug run`: the host.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,7 +68,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     // Every check is registered before the server starts, so that an early probe cannot
     // see a subset of them pass.
-    for check in [cluster_check, "plugins", "informers"] {
+    for check in [cluster_check, PLUGINS_CHECK] {
         readiness.set(check, false);
     }
     let cluster = match &args.cluster.local {
@@ -153,16 +154,21 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
 
-    if election.is_some() {
-        // Plugins load, and informers warm up, but nothing is delivered before the Lease.
-        host.follow().await;
-    }
-    // Plugins present at start load before the host says it is ready, once every file
-    // still being written has settled; then their informers sync. A stop signal ends either
-    // wait, and the host stops with what it has.
+    // Plugins load, and informers warm up, but nothing is delivered before the Lease. The
+    // election does not wait for plugins: one that cannot sync must not keep every replica
+    // from leading.
+    let election_started = match (&cluster.backend, election) {
+        (Backend::Kube { client, .. }, Some(election)) => {
+            host.follow().await;
+            Some(elect(client, election, host.clone(), leader_status))
+        }
+        _ => None,
+    };
+    // Plugins present at start load, once every file still being written has settled; each
+    // starts as soon as the informers it reads have synced. A stop signal ends the wait, and
+    // the host stops with what it has.
     let watch_cancel = cancel.child_token();
     let mut watching_plugins = None;
-    let mut election_started = None;
     let loaded = tokio::select! {
         biased;
         () = stop.cancelled() => false,
@@ -181,23 +187,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
                 async move { host.apply(changes).await }
             },
         )));
-        readiness.set("plugins", true);
-        let synced = tokio::select! {
-            biased;
-            () = stop.cancelled() => false,
-            () = factory.wait_for_cache_sync() => true,
-        };
-        if synced {
-            readiness.set("informers", true);
-            info!("ready");
-            // Elected only with warm caches, so that a new leader delivers at once.
-            election_started = match (&cluster.backend, election) {
-                (Backend::Kube { client, .. }, Some(election)) => {
-                    Some(elect(client, election, host.clone(), leader_status))
-                }
-                _ => None,
-            };
-            stop.cancelled().await;
+        tokio::select! {
+            () = follow_readiness(&host, &readiness) => {}
+            () = stop.cancelled() => {}
         }
     }
 
@@ -219,6 +211,39 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     info!("stopped");
     Ok(())
+}
+
+/// The readiness check of the plugins; see [`crate::plugins::StartReadiness`].
+const PLUGINS_CHECK: &str = "plugins";
+
+/// Keeps the plugins' readiness check up to date with their states, judged against the
+/// files present now, at start. Runs until cancelled.
+async fn follow_readiness(host: &PluginHost, readiness: &Readiness) {
+    let mut changes = host.subscribe_changes();
+    let at_start: BTreeSet<PathBuf> = host.reports().into_iter().map(|r| r.file).collect();
+    let mut was_ready = false;
+    loop {
+        changes.borrow_and_update();
+        match host.start_readiness(&at_start).verdict(at_start.len()) {
+            Ok(notes) => {
+                if !was_ready {
+                    info!(failed = notes.len(), "ready");
+                }
+                was_ready = true;
+                readiness.ready_with_notes(PLUGINS_CHECK, notes);
+            }
+            Err(reason) => {
+                if was_ready {
+                    warn!(%reason, "no longer ready");
+                }
+                was_ready = false;
+                readiness.fail(PLUGINS_CHECK, reason);
+            }
+        }
+        if changes.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// A running election and what follows it.
@@ -491,7 +516,7 @@ pub(crate) fn artifact_cache_dir() -> Option<std::path::PathBuf> {
 
 /// Loads the plugins present in `dir` at start, waiting for files still being written to
 /// settle.
-async fn load_present(dir: &mut PluginDir, host: &PluginHost) -> anyhow::Result<()> {
+async fn load_present(dir: &mut PluginDir, host: &Arc<PluginHost>) -> anyhow::Result<()> {
     let mut reason = ScanReason::Start;
     loop {
         let scan = dir

@@ -14,10 +14,17 @@ use crate::gvk::Gvk;
 /// Contract: `indexer(r)` returns the cache holding `r` as this plugin sees it (the
 /// informer of its subscription to `r`, or of its granted read), or `None` when no informer
 /// serves `r`. The runtime checks grants before asking, and adds the plugin's declared
-/// indexes to the returned indexer at load.
+/// indexes to the returned indexer at load. `has_synced(r)` says whether that cache holds
+/// the first complete list: before, a read answers `unavailable`, never an empty result.
 pub trait CacheView: Send + Sync + 'static {
     /// The cache for `resource`.
     fn indexer(&self, resource: &Gvk) -> Option<Indexer>;
+
+    /// Whether the cache for `resource` has synced; caches that are always complete (fixed
+    /// maps, tests) keep the default.
+    fn has_synced(&self, _resource: &Gvk) -> bool {
+        true
+    }
 
     /// Whether objects of `resource` live in namespaces; `None` when unknown, and then
     /// callers assume they do (most types are namespaced).

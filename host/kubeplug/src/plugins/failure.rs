@@ -1,7 +1,10 @@
 //! Why a plugin file did not load, by stage, and which failures are worth retrying.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
+use kubeplug_informer::reflector::ReflectorError;
+use kubeplug_informer::source::SourceError;
 use kubeplug_runtime::{Gvk, LoadError};
 
 /// Why a plugin file did not become, or replace, a running plugin. Each message names the
@@ -59,6 +62,22 @@ pub(crate) enum LoadFailure {
     /// Registering its handlers or starting its driver failed.
     #[error("{path}: start: {cause}", path = path.display())]
     Start { path: PathBuf, cause: String },
+    /// Informers it reads did not sync within its sync deadline; it starts once they do.
+    #[error(
+        "{path}: sync: plugin {plugin} is loaded, but after {deadline:?} (sync_deadline_s) {} not synced: {}; it starts once {}",
+        if informers.len() == 1 { "this informer has" } else { "these informers have" },
+        informers.iter().map(|(summary, cause)| format!("{summary} ({cause})")).collect::<Vec<_>>().join(", "),
+        if informers.len() == 1 { "it does" } else { "they do" },
+        path = path.display()
+    )]
+    NotSynced {
+        path: PathBuf,
+        plugin: String,
+        deadline: Duration,
+        /// Each informer not synced: `informer v1/Secret: 403 Forbidden`, and the whole
+        /// error behind it.
+        informers: Vec<(String, String)>,
+    },
 }
 
 impl LoadFailure {
@@ -78,7 +97,8 @@ impl LoadFailure {
             LoadFailure::Unresolved { plugin, .. }
             | LoadFailure::ClusterScoped { plugin, .. }
             | LoadFailure::OutsideNamespace { plugin, .. }
-            | LoadFailure::NameMismatch { plugin, .. } => Some(plugin),
+            | LoadFailure::NameMismatch { plugin, .. }
+            | LoadFailure::NotSynced { plugin, .. } => Some(plugin),
             LoadFailure::Rejected { .. }
             | LoadFailure::Settings { .. }
             | LoadFailure::NotPinned { .. }
@@ -97,8 +117,68 @@ impl LoadFailure {
             | LoadFailure::OutsideNamespace { path, .. }
             | LoadFailure::NameMismatch { path, .. }
             | LoadFailure::NotPinned { path, .. }
-            | LoadFailure::Start { path, .. } => path,
+            | LoadFailure::Start { path, .. }
+            | LoadFailure::NotSynced { path, .. } => path,
             LoadFailure::Load(error) => error.path(),
         }
+    }
+
+    /// The failure in the host's words only (the stage; for a sync, each informer's type and
+    /// HTTP status), for `/readyz`, which answers anyone: none of the plugin's own text.
+    pub(super) fn summary(&self) -> String {
+        let stage = match self {
+            LoadFailure::NotSynced { informers, .. } => {
+                return informers
+                    .iter()
+                    .map(|(summary, _)| summary.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+            }
+            LoadFailure::Rejected { .. } => "the directory refused its file",
+            LoadFailure::Settings { .. } => "its configuration section is invalid",
+            LoadFailure::Load(_) => "it did not load",
+            LoadFailure::Unresolved { .. } => "it subscribes to a type the cluster does not serve",
+            LoadFailure::ClusterScoped { .. } | LoadFailure::OutsideNamespace { .. } => {
+                "it subscribes outside the namespaces it may watch"
+            }
+            LoadFailure::NameMismatch { .. } => "its file is named unlike the plugin",
+            LoadFailure::NotPinned { .. } => "its content is not the one pinned by sha256",
+            LoadFailure::Start { .. } => "its handlers could not start",
+        };
+        format!("{stage} (see /plugins)")
+    }
+}
+
+/// Why an informer has not synced, in a few host-written words: the HTTP status the server
+/// answered (`403 Forbidden`), or the kind of failure.
+pub(super) fn why_not_synced(error: Option<&ReflectorError>) -> String {
+    let source = match error {
+        None => return "no answer yet".to_owned(),
+        Some(
+            ReflectorError::ListFailed { source, .. } | ReflectorError::WatchFailed { source, .. },
+        ) => source,
+        Some(ReflectorError::WatchEnded { status, .. }) => {
+            return status_words(status.code, &status.reason);
+        }
+        Some(_) => return "failing".to_owned(),
+    };
+    match source {
+        SourceError::Status { status, .. } => status_words(status.code, &status.reason),
+        SourceError::Transport(_) => "cannot reach the API server".to_owned(),
+        SourceError::Decode(_) => "undecodable answers".to_owned(),
+        _ => "failing".to_owned(),
+    }
+}
+
+/// `403 Forbidden`: the code, and the server's machine-readable reason when it is a plain
+/// word (it is the server's text, shown on an open endpoint).
+fn status_words(code: u16, reason: &str) -> String {
+    let plain = !reason.is_empty()
+        && reason.len() <= 64
+        && reason.bytes().all(|b| b.is_ascii_alphanumeric());
+    if plain {
+        format!("{code} {reason}")
+    } else {
+        code.to_string()
     }
 }

@@ -20,14 +20,15 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt as _;
 use kubeplug_informer::factory::{InformerKey, InformerLease, Registration, SharedInformerFactory};
-use kubeplug_informer::informer::HandlerOptions;
+use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
 use kubeplug_informer::listener::{BufferPolicy, ListenerProbe, ListenerReceiver};
 use kubeplug_runtime::status::{MetricValue, SeriesKey};
 use kubeplug_runtime::{
-    ClusterWriter, Delivery, DriverControl, ObjectRef, Plugin, PluginSpec, Runtime,
+    ClusterWriter, Delivery, DriverControl, Gvk, ObjectRef, Plugin, PluginSpec, Runtime,
 };
 use kubeplug_workqueue::{Queue, Workers, WorkqueueMetrics};
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 pub(crate) use cache::FactoryCache;
@@ -35,7 +36,7 @@ pub(crate) use dir::{Change, ContentHash, DirConfig, FileContent, Hints, PluginD
 pub(crate) use failure::LoadFailure;
 pub(crate) use resolver::{Resolve, Resolver};
 pub(crate) use settings::{PluginSettings, name_mismatch, plugin_settings};
-pub(crate) use status::{PluginReport, ReloadCounts};
+pub(crate) use status::{PluginReport, ReloadCounts, StartReadiness};
 use status::{Retired, Totals, report};
 
 use crate::config::Config;
@@ -47,14 +48,60 @@ struct Registered {
     receivers: Vec<ListenerReceiver>,
 }
 
-/// A plugin version that passed every load stage and is ready to be swapped in.
+/// A plugin version that passed every load stage and is ready to be swapped in once the
+/// informers it reads have synced.
 struct Prepared {
     path: PathBuf,
     hash: ContentHash,
     plugin: Arc<Plugin>,
     /// The informers its subscriptions need, in their order.
     keys: Vec<InformerKey>,
+    /// Keep the informers of `keys` running from now on.
+    warm: Vec<InformerLease>,
+    /// Every informer it may read, subscriptions' and caches' alike, with its type.
+    reads: Vec<(Gvk, SharedIndexInformer)>,
+    /// How long it waits for `reads` to sync before it is reported failed.
+    sync_deadline: Duration,
     load_time: Duration,
+}
+
+impl Prepared {
+    fn synced(&self) -> bool {
+        self.reads.iter().all(|(_, informer)| informer.has_synced())
+    }
+
+    /// Why it has not started: each informer not synced, and the reason it gives.
+    fn not_synced(&self) -> LoadFailure {
+        let mut informers: Vec<(String, String)> = self
+            .reads
+            .iter()
+            .filter(|(_, informer)| !informer.has_synced())
+            .map(|(resource, informer)| {
+                let error = informer.last_error();
+                (
+                    format!(
+                        "informer {resource}: {}",
+                        failure::why_not_synced(error.as_ref())
+                    ),
+                    error.map_or_else(|| "no error yet".to_owned(), |e| e.to_string()),
+                )
+            })
+            .collect();
+        informers.sort();
+        informers.dedup();
+        LoadFailure::NotSynced {
+            path: self.path.clone(),
+            plugin: self.plugin.name().to_owned(),
+            deadline: self.sync_deadline,
+            informers,
+        }
+    }
+}
+
+/// A loaded version waiting for its informers to sync; cancelled when a newer version or
+/// the file's removal supersedes it.
+struct Syncing {
+    cancel: CancellationToken,
 }
 
 /// A plugin version that is loaded and serving this file. It keeps the informers of its
@@ -149,6 +196,11 @@ struct Entry {
     /// The name a version that failed after describing itself gave, so that `/plugins`
     /// names a plugin that never ran.
     described_as: Option<String>,
+    /// A loaded version waiting for its informers to sync.
+    syncing: Option<Syncing>,
+    /// The last failure in host-written words only (stage, resource, HTTP status), for
+    /// `/readyz`, which is open to anyone.
+    failure_summary: Option<String>,
     /// Counts of its retired versions.
     retired: Retired,
 }
@@ -178,6 +230,8 @@ pub(crate) struct PluginHost {
     /// Whether plugins are delivered to; read without `writing` by new versions' installs.
     leading: AtomicBool,
     reloads: ReloadCounts,
+    /// Bumped whenever a file's state changes, for whoever follows readiness.
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for PluginHost {
@@ -210,7 +264,18 @@ impl PluginHost {
             writing: tokio::sync::Mutex::default(),
             leading: AtomicBool::new(true),
             reloads: ReloadCounts::default(),
+            changes: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Wakes whoever follows the files' states.
+    fn changed(&self) {
+        self.changes.send_modify(|generation| *generation += 1);
+    }
+
+    /// Changes whenever a file's state does.
+    pub(crate) fn subscribe_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     fn table(&self) -> MutexGuard<'_, BTreeMap<PathBuf, Entry>> {
@@ -223,10 +288,11 @@ impl PluginHost {
     }
 
     /// Carries out one batch of directory changes: new and changed files are loaded in
-    /// parallel (bounded by the cores), each swapped in as soon as it is loaded, so that a
-    /// slow one holds back no other; removed files are unloaded. Returns the files whose load
-    /// failed for a reason outside the file, to be tried again later ([`PluginDir::retry`]).
-    pub(crate) async fn apply(&self, changes: Vec<Change>) -> Vec<PathBuf> {
+    /// parallel (bounded by the cores), each swapped in as soon as it is loaded and the
+    /// informers it reads have synced, so that a slow one holds back no other; removed files
+    /// are unloaded. Returns the files whose load failed for a reason outside the file, to be
+    /// tried again later ([`PluginDir::retry`]).
+    pub(crate) async fn apply(self: &Arc<Self>, changes: Vec<Change>) -> Vec<PathBuf> {
         let mut contents = Vec::new();
         for change in changes {
             match change {
@@ -236,7 +302,12 @@ impl PluginHost {
                     if entry.tried.replace(content.hash) != Some(content.hash) {
                         entry.loading = true;
                     }
+                    // This content supersedes a version still waiting to start.
+                    if let Some(syncing) = entry.syncing.take() {
+                        syncing.cancel.cancel();
+                    }
                     drop(table);
+                    self.changed();
                     contents.push(content);
                 }
                 Change::Rejected { path, error } => {
@@ -250,7 +321,11 @@ impl PluginHost {
         futures::stream::iter(contents)
             .for_each_concurrent(parallel, |content| async {
                 let installed = match self.prepare(content).await {
-                    Ok(prepared) => self.install(prepared).await,
+                    Ok(prepared) if prepared.synced() => self.install(prepared).await,
+                    Ok(prepared) => {
+                        self.start_when_synced(prepared);
+                        Ok(())
+                    }
                     Err(failure) => Err(failure),
                 };
                 if let Err(failure) = installed {
@@ -278,6 +353,7 @@ impl PluginHost {
             grants,
             limits,
             sha256,
+            sync_deadline,
         } = plugin_settings(&self.config, &path, self.namespace.as_deref()).map_err(|cause| {
             LoadFailure::Settings {
                 path: path.clone(),
@@ -303,6 +379,7 @@ impl PluginHost {
         let cache = Arc::new(FactoryCache::new(
             self.factory.clone(),
             self.resolve.clone(),
+            self.namespace.clone(),
         ));
         let plugin = self
             .runtime
@@ -312,7 +389,7 @@ impl PluginHost {
                 settings,
                 grants,
                 limits,
-                cache,
+                cache: cache.clone(),
                 writer: self.writer.clone(),
             })
             .await?;
@@ -375,13 +452,108 @@ impl PluginHost {
                 field_selector: wanted.field_selector.clone(),
             });
         }
+        let warm = keys
+            .iter()
+            .map(|key| self.factory.lease(key.clone()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| LoadFailure::Start {
+                path: path.clone(),
+                cause: e.to_string(),
+            })?;
+        let mut reads: Vec<(Gvk, SharedIndexInformer)> = description
+            .subscriptions
+            .iter()
+            .zip(&warm)
+            .map(|(wanted, lease)| (wanted.resource.clone(), lease.informer().clone()))
+            .collect();
+        // Its cache reads start now, so that its first read finds a synced cache. A read of
+        // a type the cluster does not serve answers `not-found`; nothing to wait for.
+        let cached = description
+            .reads
+            .iter()
+            .chain(description.indexes.iter().map(|index| &index.resource));
+        for resource in cached {
+            if self.resolve.resolve(resource).await.is_some()
+                && let Some(informer) = cache.informer(resource)
+            {
+                reads.push((resource.clone(), informer));
+            }
+        }
         Ok(Prepared {
             path,
             hash,
             plugin: Arc::new(plugin),
             keys,
+            warm,
+            reads,
+            sync_deadline,
             load_time: started.elapsed(),
         })
+    }
+
+    /// Starts `prepared` from a task of its own once every informer it reads has synced.
+    /// Past its sync deadline it is reported failed, naming each informer and why it has not
+    /// synced; it still starts when they do (they keep retrying with back-off), unless a
+    /// newer version or the file's removal supersedes it first.
+    fn start_when_synced(self: &Arc<Self>, prepared: Prepared) {
+        let cancel = CancellationToken::new();
+        {
+            let mut table = self.table();
+            let entry = table.entry(prepared.path.clone()).or_default();
+            if let Some(older) = entry.syncing.replace(Syncing {
+                cancel: cancel.clone(),
+            }) {
+                older.cancel.cancel();
+            }
+            entry.loading = false;
+        }
+        self.changed();
+        info!(
+            plugin = prepared.plugin.name(),
+            file = %prepared.path.display(),
+            "plugin loaded; it starts once the informers it reads have synced"
+        );
+        let host = self.clone();
+        tokio::spawn(async move {
+            let late = async {
+                match tokio::time::Instant::now().checked_add(prepared.sync_deadline) {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let informers: Vec<SharedIndexInformer> = prepared
+                .reads
+                .iter()
+                .map(|(_, informer)| informer.clone())
+                .collect();
+            let synced =
+                futures::future::join_all(informers.iter().map(SharedIndexInformer::wait_for_sync));
+            tokio::pin!(synced);
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => return,
+                _ = &mut synced => {}
+                () = late => {
+                    host.failed(prepared.not_synced());
+                    tokio::select! {
+                        biased;
+                        () = cancel.cancelled() => return,
+                        _ = synced => {}
+                    }
+                }
+            }
+            let _writing = host.writing.lock().await;
+            // Superseded while it waited for the writer?
+            if cancel.is_cancelled() {
+                return;
+            }
+            if let Some(entry) = host.table().get_mut(&prepared.path) {
+                entry.syncing = None;
+            }
+            if let Err(failure) = host.install_locked(prepared).await {
+                host.failed(failure);
+            }
+        });
     }
 
     /// Swaps `prepared` in. With the same subscriptions it inherits the running listeners
@@ -390,16 +562,23 @@ impl PluginHost {
     /// ones are removed after the old version's call in flight. While this replica follows,
     /// the version only waits, its informers warm.
     async fn install(&self, prepared: Prepared) -> Result<(), LoadFailure> {
+        let _writing = self.writing.lock().await;
+        self.install_locked(prepared).await
+    }
+
+    /// [`install`](Self::install), for a caller that holds `writing`.
+    async fn install_locked(&self, prepared: Prepared) -> Result<(), LoadFailure> {
         let Prepared {
             path,
             hash,
             plugin,
             keys,
+            warm,
             load_time,
+            ..
         } = prepared;
         let name = plugin.name().to_owned();
         let version = plugin.description().version.clone();
-        let _writing = self.writing.lock().await;
         {
             let mut table = self.table();
             let entry = table.entry(path.clone()).or_default();
@@ -415,7 +594,10 @@ impl PluginHost {
                 serving.load_time = load_time;
                 entry.loading = false;
                 entry.last_error = None;
+                entry.failure_summary = None;
+                drop(table);
                 self.reloads.success.fetch_add(1, Ordering::Relaxed);
+                self.changed();
                 info!(plugin = %name, %version, file = %path.display(), %hash, "plugin swapped in; it inherits the running listeners");
                 return Ok(());
             }
@@ -424,11 +606,6 @@ impl PluginHost {
             path: path.clone(),
             cause,
         };
-        let warm = keys
-            .iter()
-            .map(|key| self.factory.lease(key.clone()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| start(e.to_string()))?;
         // New registrations first, so that informers shared with the old version keep
         // running; they buffer while the old version finishes.
         let registered = if self.is_leading() {
@@ -469,7 +646,10 @@ impl PluginHost {
         });
         entry.loading = false;
         entry.last_error = None;
+        entry.failure_summary = None;
+        drop(table);
         self.reloads.success.fetch_add(1, Ordering::Relaxed);
+        self.changed();
         info!(plugin = %name, %version, file = %path.display(), %hash, "{state}");
         Ok(())
     }
@@ -621,11 +801,13 @@ impl PluginHost {
         let keeps = entry.serving.as_ref().map(|r| r.plugin.name().to_owned());
         entry.loading = false;
         entry.last_error = Some(message.clone());
+        entry.failure_summary = Some(failure.summary());
         if let Some(name) = failure.plugin() {
             entry.described_as = Some(name.to_owned());
         }
         drop(table);
         self.reloads.failure.fetch_add(1, Ordering::Relaxed);
+        self.changed();
         match keeps {
             Some(plugin) => {
                 error!(file = %path.display(), %plugin, "{message}; the version already running keeps serving");
@@ -638,6 +820,10 @@ impl PluginHost {
     async fn remove(&self, path: &Path) {
         let _writing = self.writing.lock().await;
         let entry = self.table().remove(path);
+        self.changed();
+        if let Some(syncing) = entry.as_ref().and_then(|e| e.syncing.as_ref()) {
+            syncing.cancel.cancel();
+        }
         if let Some(serving) = entry.and_then(|e| e.serving) {
             let name = serving.plugin.name().to_owned();
             if let Some(delivering) = serving.delivering {
@@ -659,6 +845,29 @@ impl PluginHost {
             .collect()
     }
 
+    /// Empties the table: versions waiting to start never will; the serving ones are
+    /// returned to be stopped.
+    fn take_serving(&self) -> Vec<Serving> {
+        std::mem::take(&mut *self.table())
+            .into_values()
+            .filter_map(|entry| {
+                if let Some(syncing) = &entry.syncing {
+                    syncing.cancel.cancel();
+                }
+                entry.serving
+            })
+            .collect()
+    }
+
+    /// Whether the plugins of `at_start` (the files present when the host started) let the
+    /// host be ready; see [`StartReadiness`].
+    pub(crate) fn start_readiness(
+        &self,
+        at_start: &std::collections::BTreeSet<PathBuf>,
+    ) -> StartReadiness {
+        StartReadiness::of(self.table().iter(), at_start)
+    }
+
     /// Every plugin file seen, with its state.
     pub(crate) fn reports(&self) -> Vec<PluginReport> {
         self.table()
@@ -672,10 +881,7 @@ impl PluginHost {
     #[cfg(test)]
     pub(crate) async fn stop(&self) {
         let _writing = self.writing.lock().await;
-        let serving: Vec<Serving> = std::mem::take(&mut *self.table())
-            .into_values()
-            .filter_map(|entry| entry.serving)
-            .collect();
+        let serving = self.take_serving();
         for serving in serving {
             if let Some(delivering) = serving.delivering {
                 delivering.stop(serving.plugin.name()).await;
@@ -687,10 +893,7 @@ impl PluginHost {
     /// are worked off until `deadline`, all plugins at once; calls in flight finish.
     pub(crate) async fn drain(&self, deadline: tokio::time::Instant) {
         let _writing = self.writing.lock().await;
-        let serving: Vec<Serving> = std::mem::take(&mut *self.table())
-            .into_values()
-            .filter_map(|entry| entry.serving)
-            .collect();
+        let serving = self.take_serving();
         futures::future::join_all(serving.into_iter().filter_map(|serving| {
             let delivering = serving.delivering?;
             Some(async move { delivering.drain(serving.plugin.name(), deadline).await })

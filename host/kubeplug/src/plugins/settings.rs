@@ -20,6 +20,8 @@ pub(crate) struct PluginSettings {
     pub(crate) limits: PluginLimits,
     /// The only content that may load under this name (SHA-256, lowercase hex), if pinned.
     pub(crate) sha256: Option<String>,
+    /// How long it waits for the informers it reads to sync before it is reported failed.
+    pub(crate) sync_deadline: Duration,
 }
 
 /// The settings, grants, limits and pin of the section named like `file`'s stem
@@ -39,10 +41,12 @@ pub(crate) fn plugin_settings(
         .and_then(|s| s.settings.as_ref())
         .map(|table| serde_json::to_string(table).expect("TOML tables are JSON"))
         .unwrap_or_else(|| "{}".to_owned());
+    let limits = config.limits_of(&stem);
     Ok(PluginSettings {
         settings,
         grants: config.grants_of(&stem, namespace)?,
-        limits: runtime_limits(&config.limits_of(&stem)),
+        limits: runtime_limits(&limits),
+        sync_deadline: Duration::from_secs(limits.sync_deadline_s),
         sha256: section.and_then(|s| s.sha256.clone()),
     })
 }

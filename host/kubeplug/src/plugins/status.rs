@@ -1,6 +1,7 @@
 //! What `/plugins` and `/metrics` report of each file: its state, last error and counts that
 //! survive reloads.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -80,8 +81,8 @@ pub(crate) struct PluginReport {
     pub(crate) hash: Option<String>,
     pub(crate) name: Option<String>,
     pub(crate) version: Option<String>,
-    /// `loading`, `running`, `standby` (loaded; this replica does not lead), `quarantined`,
-    /// `stopped` or `failed`.
+    /// `loading`, `syncing` (loaded; waiting for the informers it reads), `running`,
+    /// `standby` (loaded; this replica does not lead), `quarantined`, `stopped` or `failed`.
     pub(crate) state: &'static str,
     pub(crate) last_error: Option<String>,
     /// When the serving version was swapped in, in milliseconds since the Unix epoch.
@@ -109,6 +110,7 @@ pub(super) fn report(file: &Path, entry: &Entry) -> PluginReport {
     let delivering = serving.and_then(|r| r.delivering.as_ref());
     let state = match (&status, entry.loading) {
         (_, true) => "loading",
+        _ if entry.syncing.is_some() && entry.last_error.is_none() => "syncing",
         (Some(_), false) if delivering.is_none() => "standby",
         (Some(status), false) => match status.state {
             RunState::Running => "running",
@@ -145,4 +147,86 @@ pub(super) fn report(file: &Path, entry: &Entry) -> PluginReport {
         events_delivered: totals.events,
         failures: totals.failures,
     }
+}
+
+/// Whether the plugins present at start let the host be ready: each has started (it is
+/// loaded and its informers synced; `running`, `standby` while another replica leads, or
+/// since quarantined) or failed, and at least one has started, so that a rollout whose
+/// every plugin fails stops. Files removed since do not count; with no plugin at start there
+/// is nothing to wait for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StartReadiness {
+    /// Files present at start that are still loading or syncing, by plugin name.
+    pub(crate) waiting: Vec<String>,
+    /// How many files present at start have started.
+    pub(crate) started: usize,
+    /// Every file that failed and has no version serving (whenever it appeared): its plugin
+    /// name and the failure in host-written words.
+    pub(crate) failed: Vec<(String, String)>,
+}
+
+impl StartReadiness {
+    pub(super) fn of<'a>(
+        entries: impl Iterator<Item = (&'a PathBuf, &'a Entry)>,
+        at_start: &BTreeSet<PathBuf>,
+    ) -> Self {
+        let mut readiness = Self {
+            waiting: Vec::new(),
+            started: 0,
+            failed: Vec::new(),
+        };
+        for (file, entry) in entries {
+            let name = entry
+                .serving
+                .as_ref()
+                .map(|serving| serving.plugin.name().to_owned())
+                .or_else(|| entry.described_as.clone())
+                .unwrap_or_else(|| file_stem(file));
+            let failed =
+                entry.serving.is_none() && entry.failure_summary.is_some() && !entry.loading;
+            if failed {
+                let summary = entry.failure_summary.clone().unwrap_or_default();
+                readiness.failed.push((name.clone(), summary));
+            }
+            if !at_start.contains(file) {
+                continue;
+            }
+            if entry.serving.is_some() {
+                readiness.started += 1;
+            } else if !failed {
+                readiness.waiting.push(name);
+            }
+        }
+        readiness
+    }
+
+    /// `Ok` with a line per failed plugin when ready, else why not.
+    pub(crate) fn verdict(&self, present_at_start: usize) -> Result<Vec<String>, String> {
+        let failed = self
+            .failed
+            .iter()
+            .map(|(name, summary)| format!("plugin {name} failed: {summary}"));
+        if !self.waiting.is_empty() {
+            return Err(format!("waiting for plugins {}", self.waiting.join(", ")));
+        }
+        if present_at_start > 0 && self.started == 0 {
+            let mut reason = "every plugin present at start failed".to_owned();
+            for line in failed {
+                reason.push_str("; ");
+                reason.push_str(&line);
+            }
+            return Err(reason);
+        }
+        Ok(failed.collect())
+    }
+}
+
+/// A plugin's name from its file, quoted when it is not a plain name, for a file that
+/// failed before describing itself.
+fn file_stem(file: &Path) -> String {
+    let stem = file
+        .file_stem()
+        .map(|stem| stem.to_string_lossy())
+        .unwrap_or_default();
+    kubeplug_policy::names::quoted(&stem)
 }

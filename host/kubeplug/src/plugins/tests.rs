@@ -7,9 +7,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use kubeplug_informer::factory::SharedInformerFactory;
+use kubeplug_informer::factory::{FactoryError, SharedInformerFactory, SourceProvider};
 use kubeplug_informer::reflector::ReflectorConfig;
 use kubeplug_informer::resource::Resource;
+use kubeplug_informer::source::{
+    ListPage, ListRequest, ListerWatcher, SourceError, Status, WatchRequest, WatchStream,
+};
 use kubeplug_local::LocalCluster;
 use kubeplug_runtime::view::BoxFuture;
 use kubeplug_runtime::{ClusterWriter, Gvk, Runtime, RuntimeConfig, Write, WriteError};
@@ -129,6 +132,71 @@ fn config_maps() -> Resource {
     Resource::new("", "v1", "ConfigMap", "configmaps", true)
 }
 
+/// Resources (by plural) the harness's API server refuses to list or watch, as an API
+/// server does for a service account without the RBAC rule: `403 Forbidden`.
+type Refused = Arc<Mutex<BTreeSet<String>>>;
+
+/// The local cluster as the informers' source, refusing the resources of `refused`.
+struct Refusing {
+    cluster: LocalCluster,
+    refused: Refused,
+}
+
+impl SourceProvider for Refusing {
+    fn lister_watcher(&self, key: &InformerKey) -> Result<Arc<dyn ListerWatcher>, FactoryError> {
+        Ok(Arc::new(RefusingSource {
+            inner: self.cluster.lister_watcher(key)?,
+            plural: key.resource.plural.clone(),
+            refused: self.refused.clone(),
+        }))
+    }
+}
+
+struct RefusingSource {
+    inner: Arc<dyn ListerWatcher>,
+    plural: String,
+    refused: Refused,
+}
+
+impl RefusingSource {
+    fn check(&self) -> Result<(), SourceError> {
+        if self.refused.lock().unwrap().contains(&self.plural) {
+            return Err(SourceError::status(Status::new(
+                403,
+                "Forbidden",
+                format!("{} is forbidden: the harness refuses it", self.plural),
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl ListerWatcher for RefusingSource {
+    fn list(
+        &self,
+        request: ListRequest,
+    ) -> futures::future::BoxFuture<'_, Result<ListPage, SourceError>> {
+        match self.check() {
+            Ok(()) => self.inner.list(request),
+            Err(error) => Box::pin(async { Err(error) }),
+        }
+    }
+
+    fn watch(
+        &self,
+        request: WatchRequest,
+    ) -> futures::future::BoxFuture<'_, Result<WatchStream, SourceError>> {
+        match self.check() {
+            Ok(()) => self.inner.watch(request),
+            Err(error) => Box::pin(async { Err(error) }),
+        }
+    }
+
+    fn supports_streaming_list(&self) -> bool {
+        self.inner.supports_streaming_list()
+    }
+}
+
 /// A host watching a temporary plugins directory, over an empty local cluster.
 struct Harness {
     plugins: tempfile::TempDir,
@@ -166,6 +234,18 @@ impl Harness {
     /// A harness whose plugins directory holds `files` (name, content) before the host
     /// first looks at it, all settled: they load as one batch.
     async fn with_files(dir_config: DirConfig, config: &str, files: &[(&str, Vec<u8>)]) -> Self {
+        Self::build(dir_config, config, files, Refused::default(), None).await
+    }
+
+    /// The most general harness: its API server refuses `refused`, and the host watches
+    /// only `namespace` if given.
+    async fn build(
+        dir_config: DirConfig,
+        config: &str,
+        files: &[(&str, Vec<u8>)],
+        refused: Refused,
+        namespace: Option<&str>,
+    ) -> Self {
         let cluster_dir = tempfile::tempdir().unwrap();
         let plugins = tempfile::tempdir().unwrap();
         for (name, bytes) in files {
@@ -176,8 +256,11 @@ impl Harness {
         }
         let artifacts = tempfile::tempdir().unwrap();
         let (cluster, _) = LocalCluster::open(cluster_dir.path()).unwrap();
-        let factory =
-            SharedInformerFactory::new(Arc::new(cluster.clone()), ReflectorConfig::default());
+        let provider = Refusing {
+            cluster: cluster.clone(),
+            refused,
+        };
+        let factory = SharedInformerFactory::new(Arc::new(provider), ReflectorConfig::default());
         let runtime = Runtime::new(RuntimeConfig {
             artifact_cache: Some(artifacts.path().join("cache")),
             ..RuntimeConfig::default()
@@ -195,7 +278,7 @@ impl Harness {
             recorded.clone(),
             WorkqueueMetrics::register(&mut prometheus_client::registry::Registry::default()),
             config,
-            None,
+            namespace.map(str::to_owned),
         ));
         let dir = PluginDir::new(plugins.path(), dir_config).unwrap();
         let cancel = CancellationToken::new();
@@ -1141,5 +1224,130 @@ async fn secrets_open_only_to_a_plugins_own_exact_grant() {
     let harness = Harness::configured(dir_config, &exact).await;
     harness.publish("hostile-secrets.wasm", &guest_bytes("hostile-secrets"));
     eventually("it loads", LONG, || harness.loads() == (1, 0)).await;
+    harness.stop().await;
+}
+
+fn settled() -> DirConfig {
+    DirConfig {
+        settle: Duration::from_millis(100),
+        ..DirConfig::default()
+    }
+}
+
+fn refusing(plurals: &[&str]) -> Refused {
+    Arc::new(Mutex::new(
+        plurals.iter().map(|p| (*p).to_owned()).collect(),
+    ))
+}
+
+/// Issue 20: a plugin whose informer cannot sync (the API server answers `403`) is failed
+/// at its sync deadline with a host-written reason, holds back no other plugin or the
+/// host's readiness, and starts by itself once the informer syncs. Regression: it was
+/// `running` at once, delivering nothing, and the host never became ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_whose_informer_cannot_sync_fails_at_its_deadline_and_starts_once_it_syncs() {
+    let config = format!("{CONFIG}\n[plugins.label-reader]\nsync_deadline_s = 1\n");
+    let files = [
+        ("recorder.wasm", guest_bytes("recorder")),
+        ("label-reader.wasm", guest_bytes("label-reader")),
+    ];
+    let refused = refusing(&["pods"]);
+    let harness = Harness::build(settled(), &config, &files, refused.clone(), None).await;
+    let at_start: BTreeSet<PathBuf> = [
+        harness.file("recorder.wasm"),
+        harness.file("label-reader.wasm"),
+    ]
+    .into();
+    let state = |file: &str| harness.report(file).map(|r| r.state);
+    eventually("the recorder runs", LONG, || {
+        state("recorder.wasm") == Some("running")
+    })
+    .await;
+    eventually("the label reader waits for its informer", LONG, || {
+        state("label-reader.wasm") == Some("syncing")
+    })
+    .await;
+    assert_eq!(
+        harness.host.start_readiness(&at_start).verdict(2),
+        Err("waiting for plugins label-reader".to_owned())
+    );
+
+    eventually("the label reader fails at its deadline", LONG, || {
+        state("label-reader.wasm") == Some("failed")
+    })
+    .await;
+    let error = harness
+        .report("label-reader.wasm")
+        .unwrap()
+        .last_error
+        .unwrap();
+    assert!(
+        error.contains("sync: plugin label-reader is loaded, but after 1s (sync_deadline_s) this informer has not synced: informer v1/Pod: 403 Forbidden")
+            && error.contains("pods is forbidden"),
+        "{error}"
+    );
+    assert_eq!(
+        harness.host.start_readiness(&at_start).verdict(2),
+        Ok(vec![
+            "plugin label-reader failed: informer v1/Pod: 403 Forbidden".to_owned()
+        ]),
+        "the host is ready with one plugin running"
+    );
+    let only_the_failed_one = [harness.file("label-reader.wasm")].into();
+    let verdict = harness
+        .host
+        .start_readiness(&only_the_failed_one)
+        .verdict(1);
+    assert!(
+        verdict
+            .as_ref()
+            .is_err_and(|reason| reason.starts_with("every plugin present at start failed")),
+        "{verdict:?}"
+    );
+
+    refused.lock().unwrap().clear();
+    eventually(
+        "the label reader starts once its informer syncs",
+        LONG,
+        || state("label-reader.wasm") == Some("running"),
+    )
+    .await;
+    let report = harness.report("label-reader.wasm").unwrap();
+    assert_eq!(report.last_error, None);
+    assert_eq!(
+        harness.host.start_readiness(&at_start).verdict(2),
+        Ok(Vec::new())
+    );
+    harness.stop().await;
+}
+
+/// Issue 20: a plugin starts only once the caches it reads have synced, so that its first
+/// read never answers from an empty cache; those caches hold only the host's namespace
+/// (`--namespace`), as the namespaced Role `kubeplug rbac --namespace` allows. Regression:
+/// the Secrets cache was started at the first read, over all namespaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_starts_once_the_caches_it_reads_have_synced_within_the_hosts_namespace() {
+    let config = format!("{CONFIG}\n[plugins.hostile-secrets.grants]\nread = [\"v1/Secret\"]\n");
+    let files = [("hostile-secrets.wasm", guest_bytes("hostile-secrets"))];
+    let refused = refusing(&["secrets"]);
+    let harness = Harness::build(settled(), &config, &files, refused.clone(), Some("team-a")).await;
+    let state = |file: &str| harness.report(file).map(|r| r.state);
+    eventually("it loads and waits for the Secrets cache", LONG, || {
+        state("hostile-secrets.wasm") == Some("syncing")
+    })
+    .await;
+    let secrets: Vec<_> = harness
+        .factory
+        .keys()
+        .into_iter()
+        .filter(|key| key.resource.kind == "Secret")
+        .collect();
+    assert_eq!(secrets.len(), 1, "{secrets:?}");
+    assert_eq!(secrets[0].namespace.as_deref(), Some("team-a"));
+    refused.lock().unwrap().clear();
+    eventually("it starts once the cache synced", LONG, || {
+        state("hostile-secrets.wasm") == Some("running")
+    })
+    .await;
     harness.stop().await;
 }

@@ -119,7 +119,7 @@ pub(crate) async fn test(args: TestArgs) -> anyhow::Result<()> {
     let resolving = cluster.clone();
     let resolve: Resolver =
         Arc::new(move |gvk: &Gvk| resolving.resolve(&gvk.api_version(), &gvk.kind));
-    let cache = Arc::new(FactoryCache::new(factory.clone(), resolve));
+    let cache = Arc::new(FactoryCache::new(factory.clone(), resolve, None));
     let writer: Arc<dyn ClusterWriter> = Arc::new(LocalWriter::new(cluster.clone()));
     let spec = |grants: Grants| PluginSpec {
         path: args.plugin.clone(),

@@ -12,7 +12,7 @@ use kube::client::Body;
 use kubeplug_envtest::{Envtest, Proxy};
 use kubeplug_fake_apiserver::{FakeApiServer, FakeOptions};
 use kubeplug_informer::resource::Resource;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The `User-Agent` of the test's own requests, to tell them from the host's.
 pub(crate) const TEST_AGENT: &str = "kubeplug-tests";
@@ -138,6 +138,45 @@ impl Cluster {
         path
     }
 
+    /// A kubeconfig for the host as ServiceAccount `kubeplug`, bound to exactly what
+    /// `kubeplug rbac --plugins PLUGINS --name NAME ARGS` prints (real server only).
+    pub(crate) async fn as_printed_rbac_allows(
+        &self,
+        name: &str,
+        plugins: &Path,
+        args: &[&std::ffi::OsStr],
+    ) -> PathBuf {
+        let rbac = crate::support::kubeplug()
+            .args(["rbac", "--plugins"])
+            .arg(plugins)
+            .args(["--name", name, "--service-account", "kubeplug"])
+            .args(["--service-account-namespace", &self.namespace])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            rbac.status.success(),
+            "{}",
+            String::from_utf8_lossy(&rbac.stderr)
+        );
+        self.apply_rbac(&String::from_utf8(rbac.stdout).unwrap())
+            .await;
+        let token = self.service_account_token("kubeplug").await;
+        self.kubeconfig_for(&token, "host.kubeconfig")
+    }
+
+    /// A kubeconfig for the host that authenticates with `token` instead of the admin's
+    /// (real server only).
+    pub(crate) fn kubeconfig_for(&self, token: &str, name: &str) -> PathBuf {
+        let env = self.envtest().expect("tokens are the real server's");
+        let admin = std::fs::read_to_string(env.kubeconfig()).unwrap();
+        let config = admin.replace(env.token(kubeplug_envtest::User::Admin), token);
+        assert_ne!(admin, config, "the kubeconfig holds the token");
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, config).unwrap();
+        path
+    }
+
     /// An admin request: the answer's JSON, or its status code and body.
     pub(crate) async fn request(
         &self,
@@ -207,6 +246,46 @@ impl Cluster {
             .as_str()
             .filter(|holder| !holder.is_empty())
             .map(str::to_owned)
+    }
+
+    /// Creates ServiceAccount `name` in the namespace and returns a token for it.
+    pub(crate) async fn service_account_token(&self, name: &str) -> String {
+        let accounts = format!("/api/v1/namespaces/{}/serviceaccounts", self.namespace);
+        self.create(
+            &accounts,
+            &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}),
+        )
+        .await;
+        let request = json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        });
+        let answer = self
+            .create(&format!("{accounts}/{name}/token"), &request)
+            .await;
+        answer["status"]["token"].as_str().unwrap().to_owned()
+    }
+
+    /// Creates every RBAC document of `yaml` (what `kubeplug rbac` prints).
+    pub(crate) async fn apply_rbac(&self, yaml: &str) {
+        for document in serde_yaml_ng::Deserializer::from_str(yaml) {
+            let document: Value = serde::Deserialize::deserialize(document).unwrap();
+            let collection = match document["kind"].as_str().unwrap() {
+                "ClusterRole" => "clusterroles".to_owned(),
+                "ClusterRoleBinding" => "clusterrolebindings".to_owned(),
+                namespaced => format!(
+                    "namespaces/{}/{}s",
+                    document["metadata"]["namespace"].as_str().unwrap(),
+                    namespaced.to_lowercase()
+                ),
+            };
+            self.create(
+                &format!("/apis/rbac.authorization.k8s.io/v1/{collection}"),
+                &document,
+            )
+            .await;
+        }
     }
 }
 

@@ -12,10 +12,10 @@ use std::time::Duration;
 use http::Method;
 use kubeplug_envtest::User;
 use rustls::pki_types::ServerName;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::cluster::{Cluster, Server, eventually};
-use crate::support::{Host, kubeplug, wait_until};
+use crate::support::{Host, wait_until};
 
 /// A CA, and a serving pair for `localhost` it signed, written as `tls.crt` and `tls.key`
 /// into `dir`; returns a client configuration trusting the CA alone.
@@ -80,48 +80,6 @@ fn https_get(
     (status, body)
 }
 
-impl Cluster {
-    /// Creates ServiceAccount `name` in the namespace and returns a token for it.
-    async fn service_account_token(&self, name: &str) -> String {
-        let accounts = format!("/api/v1/namespaces/{}/serviceaccounts", self.namespace);
-        self.create(
-            &accounts,
-            &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}),
-        )
-        .await;
-        let request = json!({
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 3600},
-        });
-        let answer = self
-            .create(&format!("{accounts}/{name}/token"), &request)
-            .await;
-        answer["status"]["token"].as_str().unwrap().to_owned()
-    }
-
-    /// Creates every RBAC document of `yaml` (what `kubeplug rbac` prints).
-    async fn apply_rbac(&self, yaml: &str) {
-        for document in serde_yaml_ng::Deserializer::from_str(yaml) {
-            let document: Value = serde::Deserialize::deserialize(document).unwrap();
-            let collection = match document["kind"].as_str().unwrap() {
-                "ClusterRole" => "clusterroles".to_owned(),
-                "ClusterRoleBinding" => "clusterrolebindings".to_owned(),
-                namespaced => format!(
-                    "namespaces/{}/{}s",
-                    document["metadata"]["namespace"].as_str().unwrap(),
-                    namespaced.to_lowercase()
-                ),
-            };
-            self.create(
-                &format!("/apis/rbac.authorization.k8s.io/v1/{collection}"),
-                &document,
-            )
-            .await;
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secure_endpoints_answer_only_callers_the_api_server_authorises() {
     let Some(cluster) = Cluster::start(Server::Real, "secure").await else {
@@ -134,27 +92,7 @@ async fn secure_endpoints_answer_only_callers_the_api_server_authorises() {
 
     // The host's ServiceAccount gets what `kubeplug rbac` prints, and nothing else.
     let name = format!("kubeplug-{}", cluster.namespace);
-    let rbac = kubeplug()
-        .args(["rbac", "--plugins"])
-        .arg(&plugins)
-        .args(["--name", &name, "--service-account", "kubeplug"])
-        .args(["--service-account-namespace", &cluster.namespace])
-        .output()
-        .unwrap();
-    assert!(
-        rbac.status.success(),
-        "{}",
-        String::from_utf8_lossy(&rbac.stderr)
-    );
-    cluster
-        .apply_rbac(&String::from_utf8(rbac.stdout).unwrap())
-        .await;
-    let host_token = cluster.service_account_token("kubeplug").await;
-    let admin_config = std::fs::read_to_string(env.kubeconfig()).unwrap();
-    let host_config = admin_config.replace(env.token(User::Admin), &host_token);
-    assert_ne!(admin_config, host_config, "the kubeconfig holds the token");
-    let kubeconfig = dir.join("host.kubeconfig");
-    std::fs::write(&kubeconfig, host_config).unwrap();
+    let kubeconfig = cluster.as_printed_rbac_allows(&name, &plugins, &[]).await;
 
     // Whoever scrapes is bound to the reader role it printed.
     let scraper = cluster.service_account_token("scraper").await;

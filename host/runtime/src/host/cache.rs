@@ -29,6 +29,9 @@ impl StoreState {
             )));
         }
         match self.host.cache.indexer(&resource) {
+            Some(_) if !self.host.cache.has_synced(&resource) => Err(Error::Unavailable(format!(
+                "the cache of {resource} has not synced yet; try again later"
+            ))),
             Some(indexer) => Ok((resource, indexer)),
             None => Err(Error::NotFound(format!("no informer serves {resource}"))),
         }
