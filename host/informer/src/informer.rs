@@ -55,9 +55,24 @@ pub struct HandlerOptions {
 /// }
 /// # }
 /// ```
+///
+/// Dropping the last clone shuts it down as [`shutdown`](Self::shutdown) does: its tasks
+/// and its watch end.
 #[derive(Clone)]
 pub struct SharedIndexInformer {
     inner: Arc<Inner>,
+    /// Shared by the clones only, not by the informer's own tasks: the last clone's drop
+    /// shuts the informer down.
+    _last_clone: Arc<ShutdownOnDrop>,
+}
+
+/// Shuts its informer down when dropped.
+struct ShutdownOnDrop(Arc<Inner>);
+
+impl Drop for ShutdownOnDrop {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
 }
 
 struct Inner {
@@ -83,6 +98,16 @@ struct Processor {
     /// notifications.
     syncing: HashSet<ListenerId>,
     next_id: u64,
+}
+
+impl Inner {
+    fn shutdown(&self) {
+        self.cancel.cancel();
+        self.fifo.close();
+        for listener in &lock(&self.processor).listeners {
+            listener.close();
+        }
+    }
 }
 
 impl Processor {
@@ -129,23 +154,25 @@ impl SharedIndexInformer {
         if let Some(handler) = on_error {
             reflector = reflector.with_error_handler(handler);
         }
-        Self {
-            inner: Arc::new(Inner {
-                fifo,
-                indexer,
-                processor: Mutex::new(Processor {
-                    listeners: Vec::new(),
-                    syncing: HashSet::new(),
-                    next_id: 0,
-                }),
-                writer: Mutex::new(Some(writer)),
-                reflector_stats: reflector.stats(),
-                reflector: Mutex::new(Some(reflector)),
-                started: AtomicBool::new(false),
-                cancel: CancellationToken::new(),
-                tasks: Mutex::new(Vec::new()),
-                handlers_changed: Notify::new(),
+        let inner = Arc::new(Inner {
+            fifo,
+            indexer,
+            processor: Mutex::new(Processor {
+                listeners: Vec::new(),
+                syncing: HashSet::new(),
+                next_id: 0,
             }),
+            writer: Mutex::new(Some(writer)),
+            reflector_stats: reflector.stats(),
+            reflector: Mutex::new(Some(reflector)),
+            started: AtomicBool::new(false),
+            cancel: CancellationToken::new(),
+            tasks: Mutex::new(Vec::new()),
+            handlers_changed: Notify::new(),
+        });
+        Self {
+            _last_clone: Arc::new(ShutdownOnDrop(inner.clone())),
+            inner,
         }
     }
 
@@ -158,26 +185,23 @@ impl SharedIndexInformer {
         ) else {
             return;
         };
+        // `started` is set under the FIFO lock, and before any task runs, so that a
+        // concurrent `add_handler` either replays the cache or gets every change through the
+        // FIFO, never both and never neither.
+        self.inner
+            .fifo
+            .exclusive(|| self.inner.started.store(true, Ordering::Release));
         let cancel = self.inner.cancel.clone();
         let processing = tokio::spawn(process_deltas(self.inner.clone(), writer));
         let reflecting = tokio::spawn(reflector.run(cancel));
         let resyncing = tokio::spawn(resync(self.inner.clone()));
-        // `started` is set under the FIFO lock so that a concurrent `add_handler` either
-        // replays the cache or gets the initial list through the FIFO, never both.
-        self.inner
-            .fifo
-            .exclusive(|| self.inner.started.store(true, Ordering::Release));
         lock(&self.inner.tasks).extend([processing, reflecting, resyncing]);
     }
 
     /// Stops everything without waiting for the tasks to finish; every handler's receiver
     /// then returns `None`. Usable from synchronous code such as `Drop`.
     pub fn shutdown(&self) {
-        self.inner.cancel.cancel();
-        self.inner.fifo.close();
-        for listener in &lock(&self.inner.processor).listeners {
-            listener.close();
-        }
+        self.inner.shutdown();
     }
 
     /// Stops everything and waits for the tasks to end.

@@ -11,13 +11,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use indexmap::IndexMap;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
 use crate::backoff::Backoff;
 use crate::fifo::DeltaFifo;
-use crate::object::{DecodeError, Object, ObjectDecoder};
+use crate::object::{DecodeError, Object, ObjectDecoder, ObjectKey};
 use crate::source::{
     ListRequest, ListerWatcher, SourceError, Status, WatchEvent, WatchRequest, WatchStream,
 };
@@ -200,6 +201,27 @@ impl ReflectorStats {
     }
 }
 
+/// The state a streaming list has sent so far: one object per key, as client-go's watch
+/// list keeps it in a temporary store, so that an object modified before the
+/// end-of-initial-events bookmark is listed once and one deleted before it not at all.
+#[derive(Default)]
+struct InitialEvents(IndexMap<ObjectKey, Arc<Object>>);
+
+impl InitialEvents {
+    fn put(&mut self, object: Arc<Object>) {
+        self.0.insert(object.key().clone(), object);
+    }
+
+    fn remove(&mut self, object: &Object) {
+        // Order within an initial list carries no meaning; swapping keeps this O(1).
+        self.0.swap_remove(object.key());
+    }
+
+    fn into_items(self) -> Vec<Arc<Object>> {
+        self.0.into_values().collect()
+    }
+}
+
 /// What the Reflector knows and waits for.
 enum State {
     /// Nothing usable: list from scratch with a consistent read (streamed, when the mode and
@@ -224,8 +246,9 @@ enum State {
         stream: WatchStream,
         /// Last version seen: a re-watch resumes after it.
         resource_version: String,
-        /// Streaming list: objects received before the end-of-initial-events bookmark.
-        initial: Option<Vec<Arc<Object>>>,
+        /// Streaming list: the state so far, from the events before the
+        /// end-of-initial-events bookmark.
+        initial: Option<InitialEvents>,
         opened: Instant,
         saw_event: bool,
     },
@@ -430,7 +453,7 @@ impl Reflector {
                 State::Watching {
                     stream,
                     resource_version,
-                    initial: streaming_list.then(Vec::new),
+                    initial: streaming_list.then(InitialEvents::default),
                     opened: Instant::now(),
                     saw_event: false,
                 }
@@ -484,7 +507,7 @@ impl Reflector {
         &mut self,
         mut stream: WatchStream,
         mut resource_version: String,
-        mut initial: Option<Vec<Arc<Object>>>,
+        mut initial: Option<InitialEvents>,
         opened: Instant,
         saw_event: bool,
     ) -> State {
@@ -521,12 +544,16 @@ impl Reflector {
         };
         self.stats.events.fetch_add(1, Ordering::Relaxed);
         match event {
-            WatchEvent::Added(raw) | WatchEvent::Modified(raw) | WatchEvent::Deleted(raw)
-                if initial.is_some() =>
-            {
+            WatchEvent::Added(raw) | WatchEvent::Modified(raw) if initial.is_some() => {
                 if let Some(object) = self.decode(&raw) {
                     resource_version = object.resource_version().to_string();
-                    initial.as_mut().expect("streaming list").push(object);
+                    initial.as_mut().expect("streaming list").put(object);
+                }
+            }
+            WatchEvent::Deleted(raw) if initial.is_some() => {
+                if let Some(object) = self.decode(&raw) {
+                    resource_version = object.resource_version().to_string();
+                    initial.as_mut().expect("streaming list").remove(&object);
                 }
             }
             WatchEvent::Added(raw) => {
@@ -554,7 +581,9 @@ impl Reflector {
                 if !bookmark.is_empty() {
                     resource_version = bookmark;
                 }
-                if initial_events_end && let Some(items) = initial.take() {
+                if initial_events_end
+                    && let Some(items) = initial.take().map(InitialEvents::into_items)
+                {
                     debug!(objects = items.len(), rv = %resource_version, "streamed initial list");
                     self.stats.listed();
                     self.fifo.replace(items);

@@ -539,3 +539,30 @@ async fn an_informer_that_cannot_list_says_why_until_it_lists() {
     assert!(informer.last_error().is_none());
     informer.stop().await;
 }
+
+/// Regression (issue 20): an informer dropped without `shutdown` kept its tasks and its
+/// watch running for good, each holding the informer alive.
+#[tokio::test(start_paused = true)]
+async fn an_informer_dropped_without_shutdown_stops_its_tasks_and_its_watch() {
+    let server = MemoryServer::new();
+    server.create(&pods(), &pod("a", 1)).unwrap();
+    let informer = informer_on(&server);
+    let mut handler = informer.add_handler(HandlerOptions::default());
+    informer.start();
+    informer.wait_for_sync().await;
+    let clone = informer.clone();
+    drop(informer);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(server.open_watches(), 1, "a clone keeps it running");
+    drop(clone);
+    let mut view = View::default();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(60), handler.recv_batch(64)).await {
+            Ok(Some(batch)) => batch.iter().for_each(|n| view.apply(n)),
+            Ok(None) => break,
+            Err(_) => panic!("the handler was never closed; it saw {view:?}"),
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(server.open_watches(), 0, "the watch ended");
+}

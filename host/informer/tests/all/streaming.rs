@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
-use kubeplug_informer::informer::SharedIndexInformer;
+use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
+use kubeplug_informer::listener::Notification;
 use kubeplug_informer::object::ObjectDecoder;
 use kubeplug_informer::reflector::ReflectorConfig;
 use kubeplug_informer::resource::Resource;
@@ -129,5 +130,82 @@ async fn a_broken_streaming_list_lists_once_and_streams_again_at_the_next_relist
     assert_eq!(informer.indexer().len(), 2);
     assert_eq!(source.streaming_attempts.load(Ordering::Relaxed), 2);
     assert_eq!(server.list_calls(), 2);
+    informer.stop().await;
+}
+
+/// A server whose streaming list sends `events` and then keeps the watch open.
+struct ScriptedStream {
+    events: Vec<WatchEvent>,
+}
+
+impl ListerWatcher for ScriptedStream {
+    fn list(&self, _request: ListRequest) -> BoxFuture<'_, Result<ListPage, SourceError>> {
+        unreachable!("the informer streams its initial list")
+    }
+
+    fn watch(&self, _request: WatchRequest) -> BoxFuture<'_, Result<WatchStream, SourceError>> {
+        let events: Vec<_> = self.events.iter().cloned().map(Ok).collect();
+        Box::pin(async move { Ok(stream::iter(events).chain(stream::pending()).boxed()) })
+    }
+
+    fn supports_streaming_list(&self) -> bool {
+        true
+    }
+}
+
+fn pod_at(name: &str, resource_version: u64) -> bytes::Bytes {
+    format!(r#"{{"metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{resource_version}"}}}}"#).into()
+}
+
+/// client-go's watch list keeps the initial events in a store: an object modified before
+/// the end-of-initial-events bookmark is listed once, in its last state, and one deleted
+/// before it not at all. Regression (issue 20): both stayed in the initial list.
+#[tokio::test(start_paused = true)]
+async fn a_streaming_list_holds_each_objects_last_state_and_drops_the_deleted() {
+    let source = Arc::new(ScriptedStream {
+        events: vec![
+            WatchEvent::Added(pod_at("a", 1)),
+            WatchEvent::Added(pod_at("b", 2)),
+            WatchEvent::Modified(pod_at("b", 3)),
+            WatchEvent::Deleted(pod_at("a", 4)),
+            WatchEvent::Bookmark {
+                resource_version: "4".to_owned(),
+                initial_events_end: true,
+            },
+        ],
+    });
+    let informer = SharedIndexInformer::new(
+        source,
+        ObjectDecoder::new(pods()),
+        ReflectorConfig::default(),
+    );
+    let mut handler = informer.add_handler(HandlerOptions::default());
+    informer.start();
+    informer.wait_for_sync().await;
+    let cached: Vec<(String, u64)> = informer
+        .indexer()
+        .list()
+        .iter()
+        .map(|o| (o.key().to_string(), o.resource_version()))
+        .collect();
+    assert_eq!(cached, [("ns/b".to_owned(), 3)]);
+    let batch = handler.recv_batch(64).await.expect("registered");
+    let told: Vec<String> = batch
+        .iter()
+        .map(|n| match n {
+            Notification::Add {
+                object,
+                in_initial_list,
+            } => {
+                format!(
+                    "add {} {} {in_initial_list}",
+                    object.key(),
+                    object.resource_version()
+                )
+            }
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(told, ["add ns/b 3 true"]);
     informer.stop().await;
 }
