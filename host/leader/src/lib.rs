@@ -6,6 +6,13 @@
 //! the lease duration, as observed on this replica's own clock, may be taken over. The
 //! defaults are controller-runtime's: lease 15 s, renew deadline 10 s, retry 2 s.
 //!
+//! Every Lease request is bounded, as client-go bounds it with its context: a leader's by
+//! what is left of its renew deadline, a candidate's by the renew deadline. So a leader
+//! whose connection stalls stops leading at its renew deadline, at the latest, and another
+//! replica takes over no sooner than the lease duration after the last renewal it saw: the
+//! old leader has the difference, the **margin** (5 s by default), to finish what it was
+//! doing. [`ElectionConfig::margin`] says it.
+//!
 //! ```no_run
 //! # async fn demo(client: kube::Client) {
 //! use kubeplug_leader::{ElectionConfig, KubeLeases, LeaderElector};
@@ -45,6 +52,15 @@ pub struct ElectionConfig {
     pub renew_deadline: Duration,
     /// How often candidates try and the leader renews.
     pub retry_period: Duration,
+}
+
+impl ElectionConfig {
+    /// How long, at least, between the moment a leader whose renewals fail stops leading
+    /// and the moment another replica may take over: lease duration − renew deadline. Work
+    /// a leader has in flight when it stops must end within it.
+    pub fn margin(&self) -> Duration {
+        self.lease_duration.saturating_sub(self.renew_deadline)
+    }
 }
 
 impl Default for ElectionConfig {
@@ -115,6 +131,19 @@ enum State {
     Leading { renewed: Instant },
 }
 
+impl State {
+    /// How long to wait before the next step: a retry period, but a leader's renew deadline
+    /// is kept to the moment, as client-go's renew loop keeps it with its context.
+    fn pause(&self, config: &ElectionConfig) -> Duration {
+        match self {
+            State::Candidate => config.retry_period,
+            State::Leading { renewed } => config
+                .retry_period
+                .min((*renewed + config.renew_deadline).saturating_duration_since(Instant::now())),
+        }
+    }
+}
+
 /// One replica's side of the election. See the crate docs for the protocol.
 pub struct LeaderElector {
     store: Arc<dyn LeaseStore>,
@@ -164,10 +193,11 @@ impl LeaderElector {
                 }
                 let is_leader = matches!(state, State::Leading { .. });
                 leading.send_if_modified(|was| std::mem::replace(was, is_leader) != is_leader);
+                let pause = state.pause(&self.config);
                 tokio::select! {
                     biased;
                     () = cancel.cancelled() => break,
-                    () = tokio::time::sleep(self.config.retry_period) => {}
+                    () = tokio::time::sleep(pause) => {}
                 }
             }
             if *leading.borrow() {
@@ -178,10 +208,13 @@ impl LeaderElector {
         (receiver, task)
     }
 
-    /// One attempt to take or renew the Lease.
+    /// One attempt to take or renew the Lease, bounded in time (see the crate docs).
     async fn step(&mut self, state: State) -> State {
         match state {
-            State::Candidate => match self.try_acquire_or_renew().await {
+            State::Candidate => match self
+                .bounded(Instant::now() + self.config.renew_deadline)
+                .await
+            {
                 true => {
                     info!(identity = %self.identity, "became the leader");
                     State::Leading {
@@ -191,16 +224,29 @@ impl LeaderElector {
                 false => State::Candidate,
             },
             State::Leading { renewed } => {
-                if self.try_acquire_or_renew().await {
+                let deadline = renewed + self.config.renew_deadline;
+                if Instant::now() < deadline && self.bounded(deadline).await {
                     State::Leading {
                         renewed: Instant::now(),
                     }
-                } else if renewed.elapsed() >= self.config.renew_deadline {
+                } else if Instant::now() >= deadline {
                     warn!(identity = %self.identity, "could not renew the Lease in time; no longer the leader");
                     State::Candidate
                 } else {
                     State::Leading { renewed }
                 }
+            }
+        }
+    }
+
+    /// [`try_acquire_or_renew`](Self::try_acquire_or_renew), given up at `deadline`: false
+    /// then, as for a failed request.
+    async fn bounded(&mut self, deadline: Instant) -> bool {
+        match tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await {
+            Ok(done) => done,
+            Err(_) => {
+                warn!(identity = %self.identity, "a Lease request did not finish in time; it is given up");
+                false
             }
         }
     }

@@ -14,10 +14,12 @@ struct MemoryLeases {
 }
 
 /// One replica's view of the shared store; `cut` makes every call fail, as a network
-/// partition would.
+/// partition would, and `stalled` makes every call wait for ever, as a connection that
+/// stopped moving bytes would.
 struct Link {
     store: Arc<MemoryLeases>,
     cut: AtomicBool,
+    stalled: AtomicBool,
 }
 
 impl Link {
@@ -35,6 +37,9 @@ impl Link {
 
 impl LeaseStore for Link {
     fn get(&self) -> BoxFuture<'_, Result<Option<LeaseRecord>, LeaseError>> {
+        if self.stalled.load(Ordering::SeqCst) {
+            return futures::future::pending().boxed();
+        }
         let result = self.check("get").map(|()| {
             self.store
                 .lease
@@ -98,13 +103,33 @@ fn replica(store: &Arc<MemoryLeases>, name: &str) -> (Arc<Link>, LeaderElector) 
     let link = Arc::new(Link {
         store: store.clone(),
         cut: AtomicBool::new(false),
+        stalled: AtomicBool::new(false),
     });
     let elector = LeaderElector::new(link.clone(), name, short());
     (link, elector)
 }
 
+/// How the leader loses the API server.
+#[derive(Clone, Copy)]
+enum Loss {
+    /// Every request fails at once.
+    Cut,
+    /// Every request waits for ever. Regression (issue 20): the leader's renewal hung with
+    /// it, and it kept leading.
+    Stall,
+}
+
 #[tokio::test(start_paused = true)]
-async fn one_leader_then_takeover_when_it_stops_renewing() {
+async fn one_leader_then_takeover_when_its_requests_fail() {
+    takeover(Loss::Cut).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_leader_then_takeover_when_its_requests_hang() {
+    takeover(Loss::Stall).await;
+}
+
+async fn takeover(loss: Loss) {
     let store = Arc::new(MemoryLeases::default());
     let (link_a, a) = replica(&store, "a");
     let (_link_b, b) = replica(&store, "b");
@@ -119,7 +144,10 @@ async fn one_leader_then_takeover_when_it_stops_renewing() {
 
     // a can no longer reach the API: it must step down by its renew deadline, and b must take
     // over within the lease duration plus a retry period of a's last renewal.
-    link_a.cut.store(true, Ordering::SeqCst);
+    match loss {
+        Loss::Cut => link_a.cut.store(true, Ordering::SeqCst),
+        Loss::Stall => link_a.stalled.store(true, Ordering::SeqCst),
+    }
     let cut_at = Instant::now();
     let mut a_stepped_down = None;
     let mut b_took_over = None;
@@ -131,14 +159,20 @@ async fn one_leader_then_takeover_when_it_stops_renewing() {
         if b_took_over.is_none() && *leading_b.borrow() {
             b_took_over = Some(cut_at.elapsed());
         }
-        assert!(cut_at.elapsed() < Duration::from_secs(10), "no takeover");
+        assert!(
+            cut_at.elapsed() < Duration::from_secs(10),
+            "after 10 s: a stepped down {a_stepped_down:?}, b took over {b_took_over:?}"
+        );
     }
     let config = short();
     assert!(a_stepped_down.unwrap() <= config.renew_deadline + config.retry_period * 2);
     assert!(b_took_over.unwrap() <= config.lease_duration + config.retry_period * 2);
+    // The margin is lease duration − renew deadline; each moment is seen up to 10 ms late.
+    let margin = config.lease_duration - config.renew_deadline;
     assert!(
-        a_stepped_down.unwrap() <= b_took_over.unwrap(),
-        "the old leader steps down before the new one starts"
+        a_stepped_down.unwrap() + margin <= b_took_over.unwrap() + Duration::from_millis(20),
+        "the old leader steps down a margin before the new one starts: {a_stepped_down:?}, \
+         {b_took_over:?}"
     );
     let record = store.lease.lock().unwrap().clone().unwrap().0;
     assert_eq!(record.holder.as_deref(), Some("b"));
