@@ -3,6 +3,7 @@
 
 mod check;
 mod cli;
+mod election;
 mod event;
 mod http;
 mod kube_writer;

@@ -14,7 +14,6 @@ use kubeplug_kube::config::{ConfigSource, InCluster, KubeClient, default_kubecon
 use kubeplug_kube::discovery::Discovery;
 use kubeplug_kube::lister::KubeSourceOptions;
 use kubeplug_kube::provider::KubeSourceProvider;
-use kubeplug_leader::{ElectionConfig, KubeLeases, LeaderElector};
 use kubeplug_local::{LocalCluster, ScanCounts, ScanReason};
 use kubeplug_runtime::view::BoxFuture;
 use kubeplug_runtime::{ClusterWriter, Gvk, Runtime, RuntimeConfig};
@@ -26,8 +25,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::cli::{ElectionArgs, RunArgs};
+use crate::cli::RunArgs;
 use crate::config::Config;
+use crate::election::{elect, election_config};
 use crate::http::{CertificateSource, HttpState, KubeReviews, Readiness, Serving, serve};
 use crate::kube_writer::{KubeWriter, reporting_instance};
 use crate::metrics::{InformerCollector, PluginCollector, ScanCollector};
@@ -43,6 +43,10 @@ const DEFAULT_HTTP: &str = "127.0.0.1:8080";
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let stop = stop_on_signals();
     let config = Config::load(args.config.as_deref())?;
+    let durations = match args.election.leader_elect {
+        true => Some(election_config(&args.election, &config)?),
+        false => None,
+    };
     if !args.plugins.is_dir() {
         bail!(
             "the plugins directory {} does not exist or is not a directory",
@@ -89,11 +93,11 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let serving = serving(&args, &config, &cluster.backend)?;
     let factory = SharedInformerFactory::new(cluster.provider, ReflectorConfig::default());
     let mut registry = Registry::default();
-    let election = args.election.leader_elect.then_some(args.election);
+    let election = durations.map(|durations| (args.election, durations));
     // controller-runtime's name, so that existing dashboards and alerts apply.
     let leader_family = Family::<Vec<(String, String)>, Gauge>::default();
     let mut leader_status = Gauge::default();
-    if let Some(election) = &election {
+    if let Some((election, _)) = &election {
         let labels = vec![("name".to_owned(), election.leader_elect_id.clone())];
         leader_status = leader_family.get_or_create(&labels).clone();
         registry.register(
@@ -158,9 +162,15 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     // election does not wait for plugins: one that cannot sync must not keep every replica
     // from leading.
     let election_started = match (&cluster.backend, election) {
-        (Backend::Kube { client, .. }, Some(election)) => {
+        (Backend::Kube { client, .. }, Some((election, durations))) => {
             host.follow().await;
-            Some(elect(client, election, host.clone(), leader_status))
+            Some(elect(
+                client,
+                election,
+                durations,
+                host.clone(),
+                leader_status,
+            ))
         }
         _ => None,
     };
@@ -244,82 +254,6 @@ async fn follow_readiness(host: &PluginHost, readiness: &Readiness) {
             return;
         }
     }
-}
-
-/// A running election and what follows it.
-struct Election {
-    cancel: CancellationToken,
-    elector: JoinHandle<()>,
-    follower: JoinHandle<()>,
-}
-
-impl Election {
-    /// Stops following the election, then releases the Lease if held, so that another
-    /// replica takes over without waiting for it to expire.
-    async fn resign(self) {
-        self.follower.abort();
-        let _ = self.follower.await;
-        self.cancel.cancel();
-        let _ = self.elector.await;
-    }
-}
-
-/// Starts the election; the plugins are delivered to while this replica leads.
-fn elect(
-    client: &KubeClient,
-    election: ElectionArgs,
-    host: Arc<PluginHost>,
-    status: Gauge,
-) -> Election {
-    let namespace = election
-        .leader_elect_namespace
-        .unwrap_or_else(|| client.client().default_namespace().to_owned());
-    let identity = election
-        .leader_elect_identity
-        .unwrap_or_else(default_identity);
-    info!(lease = %format!("{namespace}/{}", election.leader_elect_id), %identity, "leader election");
-    let leases = KubeLeases::new(
-        client.client().clone(),
-        &namespace,
-        &election.leader_elect_id,
-    );
-    let elector = LeaderElector::new(
-        Arc::new(leases),
-        identity,
-        ElectionConfig {
-            lease_duration: election.leader_elect_lease_duration,
-            renew_deadline: election.leader_elect_renew_deadline,
-            retry_period: election.leader_elect_retry_period,
-        },
-    );
-    let cancel = CancellationToken::new();
-    let (mut leading, elector) = elector.run(cancel.clone());
-    let follower = tokio::spawn(async move {
-        while leading.changed().await.is_ok() {
-            let now_leading = *leading.borrow_and_update();
-            status.set(i64::from(now_leading));
-            if now_leading {
-                host.lead().await;
-            } else {
-                host.follow().await;
-            }
-        }
-    });
-    Election {
-        cancel,
-        elector,
-        follower,
-    }
-}
-
-/// The host name (the pod name in a cluster) and a random suffix, as client-go's
-/// `os.Hostname() + "_" + uuid`: a restarted container is a new candidate.
-fn default_identity() -> String {
-    use std::hash::{BuildHasher as _, Hasher as _};
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    format!("{}_{:08x}", reporting_instance(), random as u32)
 }
 
 /// The readiness check of the embedded local cluster: its directory was loaded.

@@ -354,6 +354,7 @@ impl Runtime {
             indexes,
             log_budget: Arc::new(Mutex::new(LogBudget::new())),
             write_budget: Mutex::new(write_budget(&spec.limits)),
+            writes_fenced: tokio::sync::watch::Sender::new(false),
             observer: self.config.observer.clone().map(PluginObserver::new),
         });
         tracing::info!(
@@ -433,6 +434,7 @@ impl Runtime {
             indexes: BTreeMap::new(),
             log_budget: Arc::new(Mutex::new(LogBudget::new())),
             write_budget: Mutex::new(write_budget(&spec.limits)),
+            writes_fenced: tokio::sync::watch::Sender::new(false),
             observer: self.config.observer.clone().map(PluginObserver::new),
         });
         let start_failed = |stage, e: CallError| LoadError::StartFailed {
@@ -508,6 +510,15 @@ impl Runtime {
 }
 
 impl Plugin {
+    /// Fences its cluster writes, or lifts the fence. While fenced, every write answers
+    /// `unavailable` at once and a write waiting for the write rate gives up, so that a call
+    /// in flight writes nothing more: a replica that stops leading fences its plugins, and a
+    /// call it cannot stop ends within its deadline without writing after another replica
+    /// took over. Writes of calls that start later are fenced the same way until lifted.
+    pub fn fence_writes(&self, fenced: bool) {
+        self.host.writes_fenced.send_replace(fenced);
+    }
+
     /// Its self-description.
     pub fn description(&self) -> &Description {
         &self.description

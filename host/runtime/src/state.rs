@@ -44,6 +44,9 @@ pub(crate) struct HostContext {
     /// Its cluster writes' rate, shared by its instances (a std mutex: held only to
     /// reserve a token).
     pub(crate) write_budget: Mutex<TokenBucket>,
+    /// While true, its writes answer `unavailable` at once and those waiting for the write
+    /// rate give up: see [`Plugin::fence_writes`](crate::Plugin::fence_writes).
+    pub(crate) writes_fenced: tokio::sync::watch::Sender<bool>,
     /// Who is told what the plugin does; `None` under `run`.
     pub(crate) observer: Option<PluginObserver>,
 }

@@ -579,6 +579,8 @@ impl PluginHost {
         } = prepared;
         let name = plugin.name().to_owned();
         let version = plugin.description().version.clone();
+        // A follower's plugins write nothing until it leads.
+        plugin.fence_writes(!self.is_leading());
         {
             let mut table = self.table();
             let entry = table.entry(path.clone()).or_default();
@@ -735,6 +737,7 @@ impl PluginHost {
             })
             .collect();
         for (path, plugin, keys) in waiting {
+            plugin.fence_writes(false);
             let started = self
                 .register(&plugin, &keys)
                 .and_then(|registered| self.deliver(&plugin, registered));
@@ -765,9 +768,14 @@ impl PluginHost {
     /// in flight; the plugins stay loaded and their informers warm.
     pub(crate) async fn follow(&self) {
         self.leading.store(false, Ordering::Release);
-        // Before waiting for the writer: a swap in progress must not delay this.
+        // Before waiting for the writer: a swap in progress must not delay this. A call in
+        // flight writes nothing more: another replica may lead once the margin passes.
         for entry in self.table().values() {
-            if let Some(delivering) = entry.serving.as_ref().and_then(|s| s.delivering.as_ref()) {
+            let Some(serving) = entry.serving.as_ref() else {
+                continue;
+            };
+            serving.plugin.fence_writes(true);
+            if let Some(delivering) = &serving.delivering {
                 delivering.control.stop();
             }
         }
@@ -781,6 +789,8 @@ impl PluginHost {
             })
             .collect();
         for (plugin, delivering) in stopping {
+            // Again: a version swapped in meanwhile was not in the table above.
+            plugin.fence_writes(true);
             delivering.stop(plugin.name()).await;
             info!(
                 plugin = plugin.name(),

@@ -278,7 +278,7 @@ async fn two_replicas_elect_one_leader_and_the_other_takes_over(server: Server) 
     };
     cluster.create_deployment("before").await;
     let LabelAuditSetup { plugins, config } = LabelAuditSetup::new(cluster.dir.path());
-    let lease = Duration::from_secs(1);
+    let lease = Duration::from_secs(2);
     let retry = Duration::from_millis(200);
     let kubeconfig = cluster.kubeconfig.clone();
     let replica = |identity: &str| {
@@ -340,8 +340,9 @@ async fn two_replicas_elect_one_leader_and_the_other_takes_over(server: Server) 
     );
 }
 
-/// A replica with `--leader-elect` and durations short enough for a test: a lease of 1 s,
-/// renewed within 700 ms, retried every 200 ms, the Lease in `namespace`.
+/// A replica with `--leader-elect` and durations short enough for a test: a lease of 2 s,
+/// renewed within 800 ms, retried every 200 ms, the Lease in `namespace`. The margin,
+/// 1.2 s, holds the default call deadline of 1 s.
 fn elected_replica(
     identity: &str,
     kubeconfig: &Path,
@@ -360,8 +361,8 @@ fn elected_replica(
         config.as_os_str(),
         "--leader-elect".as_ref(),
         namespace.as_ref(),
-        "--leader-elect-lease-duration=1s".as_ref(),
-        "--leader-elect-renew-deadline=700ms".as_ref(),
+        "--leader-elect-lease-duration=2s".as_ref(),
+        "--leader-elect-renew-deadline=800ms".as_ref(),
         "--leader-elect-retry-period=200ms".as_ref(),
         identity.as_ref(),
     ]

@@ -227,6 +227,7 @@ mod tests {
             indexes: BTreeMap::new(),
             log_budget: Arc::new(Mutex::new(LogBudget::new())),
             write_budget: Mutex::new(write_budget(&PluginLimits::default())),
+            writes_fenced: tokio::sync::watch::Sender::new(false),
             observer: None,
         };
         StoreState::new(Arc::new(host), &PluginLimits::default())

@@ -160,10 +160,26 @@ impl StoreState {
                 namespace.as_deref().map(quoted).unwrap_or_default()
             ));
         }
+        if *host.writes_fenced.borrow() {
+            return Err(self.fenced());
+        }
         self.pace_write().await?;
         // Copied only for an observer: the writer takes the write.
         let observed = host.observer.as_ref().map(|_| write.clone());
-        let result = host.writer.write(&host.plugin, write).await;
+        // The call's deadline bounds the wait for the cluster too: epoch interruption
+        // cannot stop a call suspended in a host future, and a stalled connection would
+        // otherwise hold the call, and every delivery after it, for as long as it stalls.
+        let left = self
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        let result = tokio::time::timeout(left, host.writer.write(&host.plugin, write))
+            .await
+            .unwrap_or_else(|_| {
+                Err(WriteError::Unavailable(format!(
+                    "the cluster did not answer within the call's deadline ({:?} were left)",
+                    left
+                )))
+            });
         if let Some(write) = observed {
             host.observe(
                 || self.current_call.get(),
@@ -205,9 +221,22 @@ impl StoreState {
         if !wait.is_zero() {
             self.write_wait += wait;
             self.deadline += wait;
-            tokio::time::sleep(wait).await;
+            let mut fenced = self.host.writes_fenced.subscribe();
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                _ = fenced.wait_for(|fenced| *fenced) => return Err(self.fenced()),
+            }
         }
         Ok(())
+    }
+
+    /// The answer to a write while the plugin's writes are fenced.
+    fn fenced(&self) -> Error {
+        Error::Unavailable(format!(
+            "plugin {} is no longer delivered to on this replica (it stopped leading): \
+             the write is not made",
+            self.host.plugin
+        ))
     }
 }
 

@@ -162,6 +162,7 @@ impl HostCalls {
             indexes: BTreeMap::new(),
             log_budget: Arc::new(Mutex::new(LogBudget::new())),
             write_budget: Mutex::new(write_budget(&PluginLimits::default())),
+            writes_fenced: tokio::sync::watch::Sender::new(false),
             observer: None,
         };
         Self {

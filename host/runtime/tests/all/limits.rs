@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
+use kubeplug_informer::informer::SharedIndexInformer;
 use kubeplug_memory::MemoryServer;
 use kubeplug_runtime::events::run_events;
-use kubeplug_runtime::{Grants, LoadError, PluginLimits, WriteVerb};
+use kubeplug_runtime::{Grants, LoadError, Plugin, PluginLimits, WriteVerb};
 use tokio::time::Instant;
 
 use crate::fixtures::*;
@@ -19,28 +20,45 @@ fn flood_grants() -> Grants {
     Grants::default().allow_write(gvk(&pods()), WriteVerb::RecordEvent)
 }
 
-/// How long (paused time) a flood of `writes` takes to be written under the default rate of
-/// 20 a second in bursts of 30, and how many of them got through.
-async fn flood(writes: u64) -> Result<(Duration, u64, u64)> {
+/// hostile-flood, asked for `writes` writes per call through `writer` under `limits`,
+/// delivering from an informer on one Pod: the informer (stop it at the end) and the
+/// plugin, its driver running.
+async fn flooding(
+    writes: u64,
+    writer: Arc<dyn kubeplug_runtime::ClusterWriter>,
+    limits: PluginLimits,
+) -> Result<(
+    SharedIndexInformer,
+    Arc<Plugin>,
+    tokio::task::JoinHandle<()>,
+)> {
     let server = MemoryServer::new();
     server.create(&pods(), &pod("p", &[], &[])).unwrap();
     let (informer, mut receivers) = informer(&server, pods(), 1);
-    let recorder = Arc::new(Recorder::default());
     let settings = serde_json::json!({ "writes": writes }).to_string();
     let spec = spec(
         "hostile-flood",
         &settings,
         BTreeMap::from([(gvk(&pods()), informer.indexer().clone())]),
-        recorder.clone(),
+        writer,
         flood_grants(),
         PluginLimits {
             attempts: 1,
-            ..PluginLimits::default()
+            ..limits
         },
     )?;
     let plugin = Arc::new(runtime().load(spec).await?);
-    let started = Instant::now();
     let driver = run_events(plugin.clone(), vec![receivers.remove(0)])?;
+    Ok((informer, plugin, driver))
+}
+
+/// How long (paused time) a flood of `writes` takes to be written under the default rate of
+/// 20 a second in bursts of 30, and how many of them got through.
+async fn flood(writes: u64) -> Result<(Duration, u64, u64)> {
+    let recorder = Arc::new(Recorder::default());
+    let started = Instant::now();
+    let (informer, plugin, driver) =
+        flooding(writes, recorder.clone(), PluginLimits::default()).await?;
     let settled = || {
         counter(&plugin, "written_total") + counter(&plugin, "refused_total") > 0
             && plugin.status().events_delivered + plugin.status().calls_failed > 0
@@ -285,5 +303,74 @@ async fn a_plugin_waiting_for_its_rate_does_not_slow_the_others() -> Result<()> 
     for driver in drivers {
         driver.abort();
     }
+    Ok(())
+}
+
+/// A writer whose cluster never answers, as over a stalled connection.
+struct Stalled;
+
+impl kubeplug_runtime::ClusterWriter for Stalled {
+    fn write<'a>(
+        &'a self,
+        _plugin: &'a str,
+        _write: kubeplug_runtime::Write,
+    ) -> kubeplug_runtime::view::BoxFuture<'a, Result<String, kubeplug_runtime::WriteError>> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// Issue 20: a write to a cluster that never answers ends with the call's deadline, so that
+/// a stalled API server holds no plugin (nor a leader that lost its Lease) past it.
+/// Regression: the call waited on the write for as long as the connection stalled.
+#[tokio::test]
+async fn a_write_the_cluster_never_answers_ends_with_the_calls_deadline() -> Result<()> {
+    let started = std::time::Instant::now();
+    let limits = PluginLimits {
+        call_deadline: Duration::from_millis(500),
+        ..PluginLimits::default()
+    };
+    let (informer, plugin, driver) = flooding(1, Arc::new(Stalled), limits).await?;
+    // Its write answers `unavailable` at the deadline; the guest is interrupted right after.
+    until("the call ends", Duration::from_secs(60), || {
+        let status = plugin.status();
+        status.calls_failed + status.events_delivered > 0
+    })
+    .await?;
+    let elapsed = started.elapsed();
+    ensure!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+    informer.stop().await;
+    driver.await?;
+    Ok(())
+}
+
+/// Issue 20: a fenced plugin (its replica stopped leading) writes nothing more, even in a
+/// call already in flight and waiting for its write rate: that wait gives up at once.
+/// Regression: the call went on writing for up to 30 s after the fence was wanted.
+#[tokio::test(start_paused = true)]
+async fn a_fence_stops_the_writes_of_a_call_in_flight() -> Result<()> {
+    let recorder = Arc::new(Recorder::default());
+    let (informer, plugin, driver) =
+        flooding(1000, recorder.clone(), PluginLimits::default()).await?;
+    // 30 at once, then one every 50 ms: about 50 by now, the call waiting for the next.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    plugin.fence_writes(true);
+    let fenced = Instant::now();
+    let written_before = recorder.writes.lock().unwrap().len();
+    until("the call ends", Duration::from_secs(60), || {
+        counter(&plugin, "refused_total") > 0
+    })
+    .await?;
+    let written = recorder.writes.lock().unwrap().len();
+    ensure!(
+        (40..=60).contains(&written_before) && written == written_before,
+        "{written_before} written before the fence, {written} in all"
+    );
+    ensure!(
+        fenced.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        fenced.elapsed()
+    );
+    informer.stop().await;
+    driver.await?;
     Ok(())
 }
