@@ -151,6 +151,15 @@ impl Follower {
         self.target.borrow().clone()
     }
 
+    /// Resolves once the control is stopped (at once if it is); never if it is dropped
+    /// without stopping.
+    pub(crate) async fn stopped(&self) {
+        let mut target = self.target.clone();
+        if target.wait_for(Option::is_none).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// Resolves when the target changes after the last [`current`](Self::current): a new
     /// version or a stop. Never resolves once the control is dropped.
     pub(crate) async fn changed(&mut self) {

@@ -143,16 +143,19 @@ async fn deliver_events(mut follower: Follower, mut receivers: Vec<ListenerRecei
             break;
         };
         turn = turn.wrapping_add(1);
-        deliver(current, &receivers, index, batch).await;
+        deliver(current, &follower, &receivers, index, batch).await;
     }
     if let Some(last) = version {
         last.plugin.stats().set_state(RunState::Stopped);
     }
 }
 
-/// Delivers one batch with retries; skips it (counted) when the plugin keeps failing.
+/// Delivers one batch with retries; skips it (counted) when the plugin keeps failing. Once
+/// deliveries stop (this replica stopped leading, the plugin was removed), no retry starts:
+/// the batch is dropped, and whoever delivers next starts from the cache.
 async fn deliver(
     version: &Version,
+    follower: &Follower,
     receivers: &[ListenerReceiver],
     index: usize,
     batch: NotificationBatch,
@@ -190,7 +193,13 @@ async fn deliver(
                     break;
                 }
                 if round < limits.attempts {
-                    tokio::time::sleep(backoff.next_delay()).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff.next_delay()) => {}
+                        () = follower.stopped() => {
+                            tracing::debug!(plugin = plugin.name(), "deliveries stopped; the failed batch is not retried");
+                            return;
+                        }
+                    }
                 }
             }
         }

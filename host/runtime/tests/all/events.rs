@@ -128,3 +128,44 @@ async fn a_plugin_sees_every_change_and_queries_the_cache() -> Result<()> {
     driver.await?;
     Ok(())
 }
+
+/// Issue 20: once deliveries stop (the replica stopped leading), a failed batch is not
+/// retried: no call starts after the stop, and the driver ends without waiting out its
+/// retries. Regression: it went on with every retry, starting calls after the stop.
+#[tokio::test(start_paused = true)]
+async fn no_retry_starts_once_deliveries_stop() -> Result<()> {
+    let server = MemoryServer::new();
+    server.create(&pods(), &pod("a", &[], &[])).unwrap();
+    let (informer, receivers) = informer(&server, pods(), 1);
+    let runtime = runtime();
+    let plugin = load(
+        &runtime,
+        "hostile-panic",
+        BTreeMap::from([(gvk(&pods()), informer.indexer().clone())]),
+        Arc::new(Recorder::default()),
+        Grants::default(),
+        PluginLimits {
+            attempts: 3,
+            retry_backoff: Duration::from_secs(10),
+            ..PluginLimits::default()
+        },
+    )
+    .await?;
+    let control = kubeplug_runtime::DriverControl::new(plugin.clone());
+    let driver = kubeplug_runtime::events::drive_events(&control, receivers)?;
+    until("the first attempt fails", Duration::from_secs(60), || {
+        plugin.status().calls_failed == 1
+    })
+    .await?;
+    control.stop();
+    let stopped = tokio::time::Instant::now();
+    driver.await?;
+    anyhow::ensure!(
+        stopped.elapsed() < Duration::from_secs(1),
+        "the driver waited {:?} for its retries",
+        stopped.elapsed()
+    );
+    anyhow::ensure!(plugin.status().calls_failed == 1, "{:?}", plugin.status());
+    informer.stop().await;
+    Ok(())
+}

@@ -351,8 +351,9 @@ async fn a_fence_stops_the_writes_of_a_call_in_flight() -> Result<()> {
     let recorder = Arc::new(Recorder::default());
     let (informer, plugin, driver) =
         flooding(1000, recorder.clone(), PluginLimits::default()).await?;
-    // 30 at once, then one every 50 ms: about 50 by now, the call waiting for the next.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // 30 at once, then one every 50 ms: about 50 by now, the call waiting for the next
+    // (between two of its writes, not at one).
+    tokio::time::sleep(Duration::from_millis(1025)).await;
     plugin.fence_writes(true);
     let fenced = Instant::now();
     let written_before = recorder.writes.lock().unwrap().len();
