@@ -3,6 +3,7 @@
 //! one of them can show on its own.
 
 mod cluster;
+mod handover;
 mod secure;
 #[path = "../support/mod.rs"]
 mod support;
