@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::cluster::{Cluster, Server};
-use crate::elected_replica;
-use crate::support::{Host, built_plugin};
+use crate::support::Host;
+use crate::{PluginSetup, elected_replica};
 
 /// One replica's deliveries, from its log: when each call started and how many ended.
 struct Deliveries {
@@ -51,21 +51,12 @@ async fn a_stalled_leader_ends_its_last_call_before_the_new_leader_begins() {
     let env = cluster.envtest().expect("a real server");
     let proxy = env.proxy().unwrap();
     let through_proxy = cluster.kubeconfig_via(&proxy, "kubeconfig-via-proxy");
-    let dir = cluster.dir.path();
-    let plugins = dir.join("plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    std::fs::copy(
-        built_plugin("delivery-log"),
-        plugins.join("delivery-log.wasm"),
-    )
-    .unwrap();
-    let config = dir.join("kubeplug.toml");
-    std::fs::write(
-        &config,
+    let PluginSetup { plugins, config } = PluginSetup::of(
+        cluster.dir.path(),
+        "delivery-log",
         "[plugins.delivery-log.grants]\nread = [\"v1/ConfigMap\"]\n\
          write = { \"v1/ConfigMap\" = [\"record-event\"] }\n",
-    )
-    .unwrap();
+    );
 
     let a = elected_replica("a", &through_proxy, &plugins, &config, &cluster.namespace);
     crate::wait_until("a leads", || a.leads().then_some(()));

@@ -58,30 +58,34 @@ impl Host {
     }
 }
 
-/// A plugins directory holding label-audit, and a configuration granting it Events on
-/// Deployments, both under `dir`.
-struct LabelAuditSetup {
+/// A plugins directory holding one plugin, and a configuration for it, both under `dir`.
+struct PluginSetup {
     plugins: PathBuf,
     config: PathBuf,
 }
 
-impl LabelAuditSetup {
-    fn new(dir: &Path) -> Self {
-        let plugins = dir.join("plugins");
-        std::fs::create_dir(&plugins).unwrap();
-        std::fs::copy(
-            built_plugin("label-audit"),
-            plugins.join("label-audit.wasm"),
-        )
-        .unwrap();
-        let config = dir.join("kubeplug.toml");
-        std::fs::write(
-            &config,
+impl PluginSetup {
+    /// label-audit, granted Events on Deployments.
+    fn label_audit(dir: &Path) -> Self {
+        Self::of(
+            dir,
+            "label-audit",
             "[plugins.label-audit.grants]\nread = [\"apps/v1/Deployment\", \"v1/Pod\"]\n\
              write = { \"apps/v1/Deployment\" = [\"record-event\"] }\n",
         )
-        .unwrap();
-        Self { plugins, config }
+    }
+
+    /// The built plugin `name`, configured by `config` (TOML).
+    fn of(dir: &Path, name: &str, config: &str) -> Self {
+        let plugins = dir.join("plugins");
+        std::fs::create_dir(&plugins).unwrap();
+        std::fs::copy(built_plugin(name), plugins.join(format!("{name}.wasm"))).unwrap();
+        let path = dir.join("kubeplug.toml");
+        std::fs::write(&path, config).unwrap();
+        Self {
+            plugins,
+            config: path,
+        }
     }
 }
 
@@ -90,7 +94,7 @@ async fn label_audit_records_an_event_on_the_api_server(server: Server) {
         return;
     };
     cluster.create_deployment("web").await;
-    let LabelAuditSetup { plugins, config } = LabelAuditSetup::new(cluster.dir.path());
+    let PluginSetup { plugins, config } = PluginSetup::label_audit(cluster.dir.path());
 
     let host = Host::start(&[
         Path::new("--kubeconfig"),
@@ -278,7 +282,7 @@ async fn two_replicas_elect_one_leader_and_the_other_takes_over(server: Server) 
         return;
     };
     cluster.create_deployment("before").await;
-    let LabelAuditSetup { plugins, config } = LabelAuditSetup::new(cluster.dir.path());
+    let PluginSetup { plugins, config } = PluginSetup::label_audit(cluster.dir.path());
     let lease = Duration::from_secs(2);
     let retry = Duration::from_millis(200);
     let kubeconfig = cluster.kubeconfig.clone();
@@ -384,7 +388,7 @@ async fn a_leader_cut_off_from_the_api_server_is_replaced() {
     let proxy = env.proxy().unwrap();
     let through_proxy = cluster.kubeconfig_via(&proxy, "kubeconfig-via-proxy");
     cluster.create_deployment("before").await;
-    let LabelAuditSetup { plugins, config } = LabelAuditSetup::new(cluster.dir.path());
+    let PluginSetup { plugins, config } = PluginSetup::label_audit(cluster.dir.path());
 
     let a = elected_replica("a", &through_proxy, &plugins, &config, &cluster.namespace);
     wait_until("a leads", || a.leads().then_some(()));
@@ -581,7 +585,7 @@ async fn a_stop_signal_is_honoured_while_informers_sync() {
         return;
     };
     let env = cluster.envtest().expect("a real server");
-    let LabelAuditSetup { plugins, config } = LabelAuditSetup::new(cluster.dir.path());
+    let PluginSetup { plugins, config } = PluginSetup::label_audit(cluster.dir.path());
     let mut host = Host::start(&[
         Path::new("--kubeconfig"),
         env.kubeconfig_of(User::Unprivileged),

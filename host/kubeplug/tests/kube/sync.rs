@@ -8,7 +8,7 @@ use std::path::Path;
 use http::Method;
 use serde_json::{Value, json};
 
-use crate::LabelAuditSetup;
+use crate::PluginSetup;
 use crate::cluster::{Cluster, Server, eventually};
 use crate::support::{Host, built_plugin};
 
@@ -30,7 +30,7 @@ async fn a_plugin_the_host_may_not_list_for_fails_while_the_host_is_ready_and_le
         return;
     };
     let namespace = cluster.namespace.clone();
-    let LabelAuditSetup { plugins, config } = LabelAuditSetup::new(cluster.dir.path());
+    let PluginSetup { plugins, config } = PluginSetup::label_audit(cluster.dir.path());
 
     // The ServiceAccount gets what label-audit alone needs, and leader election.
     let name = format!("kubeplug-{namespace}");
