@@ -1,0 +1,288 @@
+//! The plugin's deliveries under `kubeplug test`, wired as `PluginHost` wires them, and
+//! what takes the clock out of them: the replay waits until they are idle, and a plugin's
+//! write returns only once the informers have it.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail};
+use kubeplug_informer::factory::{InformerKey, Registration, SharedInformerFactory};
+use kubeplug_informer::informer::HandlerOptions;
+use kubeplug_informer::listener::{BufferPolicy, ListenerProbe};
+use kubeplug_local::LocalCluster;
+use kubeplug_runtime::view::BoxFuture;
+use kubeplug_runtime::{
+    CacheView, ClusterWriter, Delivery, DriverControl, ObjectRef, Plugin, Write, WriteError,
+};
+use kubeplug_workqueue::{ItemExponential, Queue, Workers};
+use tokio::task::JoinHandle;
+
+use crate::writer::LocalWriter;
+
+/// The delay before a failed reconcile is retried: longer than any replay.
+const RETRY_AFTER_THE_REPLAY: Duration = Duration::from_secs(24 * 3600);
+
+/// How often [`Pipeline::settle`] looks again while the plugin is busy.
+const SETTLE_POLL: Duration = Duration::from_millis(1);
+
+/// How long an informer may stay behind a bookmark before another is sent.
+const REBOOKMARK: Duration = Duration::from_millis(100);
+
+/// The longest a plugin's write waits for the informers to have it.
+const CATCH_UP: Duration = Duration::from_secs(5);
+
+/// The plugin's deliveries, wired as `PluginHost` wires them (see `PluginHost::install`),
+/// with what [`busy`](Self::busy) needs to see that it is idle.
+pub(super) struct Pipeline {
+    control: DriverControl,
+    /// Its handler registrations; dropped at the end.
+    subscriptions: Vec<Registration>,
+    probes: Vec<ListenerProbe>,
+    /// The events driver, or the reconcile feeders.
+    tasks: Vec<JoinHandle<()>>,
+    reconcile: Option<(Queue<ObjectRef>, Workers)>,
+    informers: Arc<Informers>,
+}
+
+impl Pipeline {
+    /// Registers the plugin's handlers and, once their initial lists are all buffered,
+    /// starts its drivers: a driver that starts earlier would see the subscriptions' initial
+    /// lists arrive in an order that timing decides.
+    pub(super) async fn start(
+        plugin: &Arc<Plugin>,
+        informers: &Arc<Informers>,
+        cache: &dyn CacheView,
+        timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        let Informers {
+            cluster, factory, ..
+        } = informers.as_ref();
+        let description = plugin.description();
+        // What the plugin may read gets its informer now, so that its first read finds a
+        // synced cache rather than one that depends on timing.
+        let subscribed = description.subscriptions.iter().map(|s| &s.resource);
+        for readable in description.reads.iter().chain(subscribed) {
+            cache.indexer(readable);
+        }
+        let reconcile = matches!(description.delivery, Delivery::Reconcile { .. });
+        let options = HandlerOptions {
+            buffer: if reconcile {
+                BufferPolicy::CoalesceByKey
+            } else {
+                BufferPolicy::Unbounded
+            },
+            resync_period: None,
+        };
+        let mut subscriptions = Vec::new();
+        let mut receivers = Vec::new();
+        for wanted in &description.subscriptions {
+            let resource = cluster
+                .resolve(&wanted.resource.api_version(), &wanted.resource.kind)
+                .ok_or_else(|| {
+                    anyhow!(
+                        "plugin {} subscribes to {}, which the cluster does not serve; put its CustomResourceDefinition in a --cache file",
+                        description.name,
+                        wanted.resource
+                    )
+                })?;
+            let namespace = match (&wanted.namespace, resource.namespaced) {
+                (Some(namespace), false) => bail!(
+                    "plugin {} subscribes to {} in namespace {namespace}, but {} is cluster-scoped",
+                    description.name,
+                    wanted.resource,
+                    wanted.resource
+                ),
+                (_, false) => None,
+                (wanted, true) => wanted.clone(),
+            };
+            let key = InformerKey {
+                resource,
+                namespace,
+                label_selector: wanted.label_selector.clone(),
+                field_selector: wanted.field_selector.clone(),
+            };
+            let (registration, receiver) = factory.subscribe(key, options.clone())?.into_parts();
+            receivers.push(receiver);
+            subscriptions.push(registration);
+        }
+        let probes = receivers.iter().map(|r| r.probe()).collect();
+        let mut pipeline = Self {
+            control: DriverControl::new(plugin.clone()),
+            subscriptions,
+            probes,
+            tasks: Vec::new(),
+            reconcile: None,
+            informers: informers.clone(),
+        };
+        pipeline
+            .wait(timeout, |pipeline| pipeline.informers.behind())
+            .await
+            .map_err(|behind| anyhow!("the cache did not sync within {timeout:?}: {behind}"))?;
+        let control = &pipeline.control;
+        let (tasks, reconcile) = match description.delivery {
+            Delivery::Events => (
+                vec![kubeplug_runtime::events::drive_events(control, receivers)?],
+                None,
+            ),
+            Delivery::Reconcile { .. } => {
+                let queue = Queue::builder(&description.name)
+                    .rate_limiter(ItemExponential::new(
+                        RETRY_AFTER_THE_REPLAY,
+                        RETRY_AFTER_THE_REPLAY,
+                    ))
+                    .build();
+                let reconciler =
+                    kubeplug_runtime::reconcile::drive_reconcile(control, receivers, queue)?;
+                (
+                    reconciler.feeders,
+                    Some((reconciler.queue, reconciler.workers)),
+                )
+            }
+        };
+        pipeline.tasks = tasks;
+        pipeline.reconcile = reconcile;
+        Ok(pipeline)
+    }
+
+    /// What is still moving, if anything. The checks follow the data (informers, listener
+    /// buffers and the batches taken from them, the work queue), then make sure nothing
+    /// was written meanwhile: whatever moves later was caused by a stage seen busy.
+    fn busy(&self) -> Option<String> {
+        let server = self.informers.cluster.server();
+        let target = server.current_resource_version();
+        if let Some(behind) = self.informers.behind() {
+            return Some(behind);
+        }
+        let unhandled: usize = self.probes.iter().map(ListenerProbe::unhandled).sum();
+        if unhandled > 0 {
+            return Some(format!(
+                "{unhandled} notifications are not yet handled by the plugin"
+            ));
+        }
+        if let Some((queue, _)) = &self.reconcile {
+            let work = queue.len() + queue.processing();
+            if work > 0 {
+                return Some(format!("{work} keys are queued or being reconciled"));
+            }
+        }
+        (server.current_resource_version() != target)
+            .then(|| "the plugin wrote to the cluster meanwhile".to_owned())
+    }
+
+    /// Waits until the plugin is idle; after `timeout`, says what is still busy.
+    pub(super) async fn settle(&self, timeout: Duration) -> Result<(), String> {
+        self.wait(timeout, Self::busy).await
+    }
+
+    /// Waits until `busy` says nothing; after `timeout`, returns what it says.
+    async fn wait(
+        &self,
+        timeout: Duration,
+        busy: impl Fn(&Self) -> Option<String>,
+    ) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let Some(busy) = busy(self) else {
+                return Ok(());
+            };
+            if tokio::time::Instant::now() >= deadline {
+                return Err(busy);
+            }
+            tokio::time::sleep(SETTLE_POLL).await;
+        }
+    }
+
+    /// Ends deliveries after the calls in flight, then unregisters the handlers.
+    pub(super) async fn stop(self) {
+        self.control.stop();
+        if let Some((queue, workers)) = self.reconcile {
+            queue.shut_down();
+            workers.join().await;
+        }
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        drop(self.subscriptions);
+    }
+}
+
+/// The cluster and the informers over it, as far as the replay waits for them.
+pub(super) struct Informers {
+    cluster: LocalCluster,
+    factory: SharedInformerFactory,
+    /// The resourceVersion last sent as a bookmark, and when. A std mutex: never held across
+    /// an `.await`.
+    bookmarked: Mutex<(u64, Instant)>,
+}
+
+impl Informers {
+    pub(super) fn new(cluster: LocalCluster, factory: SharedInformerFactory) -> Self {
+        Self {
+            cluster,
+            factory,
+            bookmarked: Mutex::new((0, Instant::now())),
+        }
+    }
+
+    /// An informer that has not yet handed every change of the cluster to its listeners.
+    fn behind(&self) -> Option<String> {
+        let target = self.cluster.server().current_resource_version();
+        for key in self.factory.keys() {
+            let Some(informer) = self.factory.informer(&key) else {
+                continue;
+            };
+            let synced = informer.last_sync_resource_version();
+            if synced.parse::<u64>().ok() < Some(target) || informer.queued_keys() > 0 {
+                self.bookmark(target);
+                return Some(format!(
+                    "the informer of {key} is at resourceVersion {synced:?}, the cluster at {target}"
+                ));
+            }
+        }
+        None
+    }
+
+    /// Sends a bookmark: it moves every watching informer to `target` even when no change
+    /// of its own is on the way. Sent again after [`REBOOKMARK`], for a watch reopened since.
+    fn bookmark(&self, target: u64) {
+        let mut last = self.bookmarked.lock().expect("bookmark lock poisoned");
+        if last.0 != target || last.1.elapsed() >= REBOOKMARK {
+            self.cluster.server().bookmark();
+            *last = (target, Instant::now());
+        }
+    }
+}
+
+/// The local writer, each write returning only once every informer has it: a plugin then
+/// reads its own writes from the cache, as it does on a cluster once the watch catches up,
+/// but without a race that timing decides (a reconcile that reads the object it just
+/// patched, before the informer has the patch, patches again).
+pub(super) struct ReadYourWrites {
+    writer: LocalWriter,
+    informers: Arc<Informers>,
+}
+
+impl ReadYourWrites {
+    pub(super) fn new(writer: LocalWriter, informers: Arc<Informers>) -> Self {
+        Self { writer, informers }
+    }
+}
+
+impl ClusterWriter for ReadYourWrites {
+    fn write<'a>(
+        &'a self,
+        plugin: &'a str,
+        write: Write,
+    ) -> BoxFuture<'a, Result<String, WriteError>> {
+        Box::pin(async move {
+            let written = self.writer.write(plugin, write).await?;
+            // Bounded: a write still answers if an informer cannot catch up; the replay's own
+            // wait then reports what is behind.
+            let deadline = tokio::time::Instant::now() + CATCH_UP;
+            while self.informers.behind().is_some() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(SETTLE_POLL).await;
+            }
+            Ok(written)
+        })
+    }
+}
