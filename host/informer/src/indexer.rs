@@ -17,6 +17,12 @@ use crate::object::{Object, ObjectKey};
 pub const NAMESPACE_INDEX: &str = "namespace";
 
 /// Maps an object to the index values it is filed under (zero or more).
+///
+/// Contract: it runs while the Indexer is locked for writing (and, in an informer, while
+/// the DeltaFIFO is locked), so it must not read the cache or wait; it should be a pure
+/// function of the object. One that panics does not poison the Indexer: its index is
+/// emptied and marked failed ([`IndexerError::IndexFailed`] for every read of it, and an
+/// error logged), and everything else keeps working.
 pub type IndexFn = Arc<dyn Fn(&Object) -> Vec<String> + Send + Sync>;
 
 /// What an index is built from. Two requests with the same [`IndexSpec::name`] share one index.
@@ -66,6 +72,23 @@ impl IndexSpec {
             Self::Custom { func, .. } => func(object),
         }
     }
+
+    /// [`values`](Self::values), or why the index function panicked.
+    fn values_caught(&self, object: &Object) -> Result<Vec<String>, String> {
+        match self {
+            Self::Custom { .. } => {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.values(object)))
+                    .map_err(|payload| {
+                        payload
+                            .downcast_ref::<&str>()
+                            .map(|s| (*s).to_owned())
+                            .or_else(|| payload.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "a panic".to_owned())
+                    })
+            }
+            _ => Ok(self.values(object)),
+        }
+    }
 }
 
 /// Reading from an index that does not exist.
@@ -75,26 +98,70 @@ pub enum IndexerError {
     /// No index of that name is registered.
     #[error("no index named {0:?}")]
     UnknownIndex(String),
+    /// The index's function panicked; the index holds nothing from then on.
+    #[error("the index {index:?} failed: its function panicked on {key}: {message}")]
+    IndexFailed {
+        /// The index.
+        index: String,
+        /// The object it panicked on.
+        key: String,
+        /// The panic's message.
+        message: String,
+    },
 }
 
 struct Index {
     spec: IndexSpec,
     /// How many [`IndexHandle`]s keep this index alive (the namespace index: one, forever).
     refs: usize,
-    /// Index value → keys of the objects filed under it. Invariant: a key is under value `v`
-    /// if and only if the stored object for that key yields `v`; no set is empty.
+    /// Index value → keys of the objects filed under it. Invariant: unless `failed`, a key
+    /// is under value `v` if and only if the stored object for that key yields `v`; no set
+    /// is empty. A failed index is empty.
     values: HashMap<String, HashSet<ObjectKey>>,
+    /// Set when the index function panicked: what every read of the index answers.
+    failed: Option<IndexerError>,
 }
 
 impl Index {
+    fn new(spec: IndexSpec, refs: usize) -> Self {
+        Self {
+            spec,
+            refs,
+            values: HashMap::new(),
+            failed: None,
+        }
+    }
+
+    /// The values `object` is filed under; `None` once the index has failed (now, if its
+    /// function panics on `object`).
+    fn values_of(&mut self, key: &ObjectKey, object: &Object) -> Option<Vec<String>> {
+        if self.failed.is_some() {
+            return None;
+        }
+        match self.spec.values_caught(object) {
+            Ok(values) => Some(values),
+            Err(message) => {
+                let failed = IndexerError::IndexFailed {
+                    index: self.spec.name(),
+                    key: key.to_string(),
+                    message,
+                };
+                tracing::error!(error = %failed, "index dropped");
+                self.failed = Some(failed);
+                self.values.clear();
+                None
+            }
+        }
+    }
+
     fn insert(&mut self, key: &ObjectKey, object: &Object) {
-        for value in self.spec.values(object) {
+        for value in self.values_of(key, object).unwrap_or_default() {
             self.values.entry(value).or_default().insert(key.clone());
         }
     }
 
     fn remove(&mut self, key: &ObjectKey, object: &Object) {
-        for value in self.spec.values(object) {
+        for value in self.values_of(key, object).unwrap_or_default() {
             if let Some(keys) = self.values.get_mut(&value) {
                 keys.remove(key);
                 if keys.is_empty() {
@@ -184,9 +251,9 @@ impl Drop for IndexHandle {
     }
 }
 
-// The locks below are std's: critical sections are short and never span an `.await`, and a
-// panic while holding one can only come from a bug in an index function, after which the
-// cache's invariants may not hold; readers then see the poison and fail loudly.
+// The locks below are std's: critical sections are short and never span an `.await`. Index
+// functions, the only code of others that runs under them, are caught when they panic, so
+// a poisoned lock means a bug of this module's own; readers then fail loudly.
 fn read(state: &RwLock<State>) -> RwLockReadGuard<'_, State> {
     state
         .read()
@@ -204,11 +271,7 @@ pub fn new_indexer() -> (IndexerWriter, Indexer) {
     let mut state = State::default();
     state.indexes.insert(
         NAMESPACE_INDEX.to_owned(),
-        Index {
-            spec: IndexSpec::Namespace,
-            refs: 1,
-            values: HashMap::new(),
-        },
+        Index::new(IndexSpec::Namespace, 1),
     );
     let state = Arc::new(RwLock::new(state));
     (
@@ -320,10 +383,7 @@ impl Indexer {
     /// Every value of the index `index` that has at least one object.
     pub fn index_values(&self, index: &str) -> Result<Vec<String>, IndexerError> {
         let state = read(&self.state);
-        let index = state
-            .indexes
-            .get(index)
-            .ok_or_else(|| IndexerError::UnknownIndex(index.to_owned()))?;
+        let index = Self::index(&state, index)?;
         Ok(index.values.keys().cloned().collect())
     }
 
@@ -332,11 +392,20 @@ impl Indexer {
         index: &str,
         value: &str,
     ) -> Result<impl Iterator<Item = &'s HashSet<ObjectKey>>, IndexerError> {
+        let index = Self::index(state, index)?;
+        Ok(index.values.get(value).into_iter())
+    }
+
+    /// The index named `name`, unless it is unknown or failed.
+    fn index<'s>(state: &'s State, name: &str) -> Result<&'s Index, IndexerError> {
         let index = state
             .indexes
-            .get(index)
-            .ok_or_else(|| IndexerError::UnknownIndex(index.to_owned()))?;
-        Ok(index.values.get(value).into_iter())
+            .get(name)
+            .ok_or_else(|| IndexerError::UnknownIndex(name.to_owned()))?;
+        match &index.failed {
+            Some(failed) => Err(failed.clone()),
+            None => Ok(index),
+        }
     }
 
     /// Names of the registered indexes.
@@ -354,11 +423,7 @@ impl Indexer {
             .entry(name.clone())
             .and_modify(|index| index.refs += 1)
             .or_insert_with(|| {
-                let mut index = Index {
-                    spec,
-                    refs: 1,
-                    values: HashMap::new(),
-                };
+                let mut index = Index::new(spec, 1);
                 for (key, object) in items.iter() {
                     index.insert(key, object);
                 }
@@ -497,5 +562,42 @@ mod tests {
             2
         );
         assert!(reader.by_index("nope", "x").is_err());
+    }
+
+    /// Issue 20: a custom index function that panics does not poison the Indexer: its own
+    /// index fails (and says why), everything else keeps working. Regression: the panic
+    /// poisoned the lock, and every later read and write of the cache panicked.
+    #[test]
+    fn a_panicking_index_function_fails_its_index_only() {
+        let (mut writer, reader) = new_indexer();
+        let app = reader.add_index(IndexSpec::Label("app".into()));
+        let fragile = reader.add_index(IndexSpec::Custom {
+            name: "fragile".into(),
+            func: Arc::new(|object: &Object| {
+                assert!(object.name() != "bad", "cannot index {}", object.name());
+                vec![object.name().to_owned()]
+            }),
+        });
+        writer.put(pod("a", "good", 1, &[("app", "web")], None));
+        assert_eq!(
+            sorted(reader.index_keys(fragile.name(), "good").unwrap()),
+            ["a/good"]
+        );
+
+        writer.put(pod("a", "bad", 2, &[("app", "web")], None));
+        let failed = reader.index_keys(fragile.name(), "good").unwrap_err();
+        assert_eq!(
+            failed.to_string(),
+            "the index \"fragile\" failed: its function panicked on a/bad: cannot index bad"
+        );
+        assert!(reader.index_values(fragile.name()).is_err());
+        // The rest of the cache, and its writer, are unharmed.
+        writer.put(pod("b", "later", 3, &[("app", "web")], None));
+        writer.delete("a/good");
+        assert_eq!(reader.len(), 2);
+        assert_eq!(
+            sorted(reader.index_keys(app.name(), "web").unwrap()),
+            ["a/bad", "b/later"]
+        );
     }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use kubeplug_informer::indexer::{Indexer, NAMESPACE_INDEX};
+use kubeplug_informer::indexer::{Indexer, IndexerError, NAMESPACE_INDEX};
 use kubeplug_informer::object::Object;
 use kubeplug_informer::selector::LabelSelector;
 
@@ -53,6 +53,15 @@ impl StoreState {
                     self.host.plugin
                 ))
             })
+    }
+}
+
+/// A failed index read as the guest sees it: an index that broke is `unavailable` (the host
+/// logged why); one that does not exist is `not-found`.
+fn index_error(resource: &Gvk, error: &IndexerError) -> Error {
+    match error {
+        IndexerError::IndexFailed { .. } => Error::Unavailable(format!("{resource}: {error}")),
+        _ => Error::NotFound(format!("{resource}: {error}")),
     }
 }
 
@@ -157,7 +166,7 @@ impl Host for StoreState {
             let name = self.index_name(&resource, &index)?;
             let found = indexer
                 .by_index(&name, &value)
-                .map_err(|e| Error::NotFound(format!("{resource}: {e}")))?;
+                .map_err(|e| index_error(&resource, &e))?;
             objects(&format!("by-index {index:?} of {resource}"), found)
         })())
     }
@@ -168,7 +177,7 @@ impl Host for StoreState {
             let name = self.index_name(&resource, &index)?;
             let mut values = indexer
                 .index_values(&name)
-                .map_err(|e| Error::NotFound(format!("{resource}: {e}")))?;
+                .map_err(|e| index_error(&resource, &e))?;
             check_answer(
                 &format!("index-values {index:?} of {resource}"),
                 values.iter().map(String::len),
