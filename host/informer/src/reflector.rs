@@ -6,11 +6,12 @@
 //! Gone`, and back off exponentially with jitter on other errors.
 
 use std::ops::Range;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt as _, StreamExt};
 use indexmap::IndexMap;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -123,6 +124,7 @@ pub struct ReflectorStats {
     events: AtomicU64,
     skipped_objects: AtomicU64,
     errors: AtomicU64,
+    panics: AtomicU64,
     /// The resourceVersion of the last list or watch event (bookmarks included) whose
     /// changes are in the DeltaFIFO; empty before the first list.
     last_sync_resource_version: Mutex<String>,
@@ -144,6 +146,9 @@ pub struct ReflectorCounts {
     pub skipped_objects: u64,
     /// List and watch failures.
     pub errors: u64,
+    /// Panics inside the Reflector (a bug, or a source that panicked), each followed by a
+    /// fresh list after a back-off.
+    pub panics: u64,
 }
 
 impl ReflectorStats {
@@ -157,6 +162,7 @@ impl ReflectorStats {
             events: read(&self.events),
             skipped_objects: read(&self.skipped_objects),
             errors: read(&self.errors),
+            panics: read(&self.panics),
         }
     }
 
@@ -309,10 +315,17 @@ impl Reflector {
         async move {
             let mut state = State::List;
             loop {
+                // A panic in a step (a bug, or a source that panicked) must not end the
+                // informer's only Reflector silently: it is counted, logged, and followed by
+                // a fresh list after a back-off, the way a failed list is.
+                let step = AssertUnwindSafe(self.step(state)).catch_unwind();
                 tokio::select! {
                     biased;
                     () = cancel.cancelled() => return,
-                    next = self.step(state) => state = next,
+                    next = step => state = match next {
+                        Ok(next) => next,
+                        Err(payload) => self.after_panic(payload.as_ref()),
+                    },
                 }
             }
         }
@@ -322,6 +335,22 @@ impl Reflector {
 
     fn resource(&self) -> String {
         self.decoder.resource().to_string()
+    }
+
+    /// Counts and logs a panic of a step; a fresh list follows a back-off.
+    fn after_panic(&mut self, payload: &(dyn std::any::Any + Send)) -> State {
+        self.stats.panics.fetch_add(1, Ordering::Relaxed);
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_owned());
+        let delay = self.next_delay(None);
+        tracing::error!(resource = %self.resource(), %message, retry_in = ?delay, "the reflector panicked; it lists again");
+        State::Backoff {
+            until: Instant::now() + delay,
+            then: Box::new(State::List),
+        }
     }
 
     /// Logs `error` (with the back-off before the next attempt, when there is one: one line

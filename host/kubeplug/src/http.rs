@@ -91,6 +91,9 @@ pub(crate) struct HttpState {
     pub(crate) registry: Arc<Registry>,
     /// The plugins' status, as `/plugins` serves it.
     pub(crate) plugins: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
+    /// What `/healthz?verbose` notes under `[+]ping ok`: parts that failed and recovered
+    /// by themselves, in host-written words.
+    pub(crate) health_notes: Arc<dyn Fn() -> Vec<String> + Send + Sync>,
 }
 
 /// The routes; with a gate, `/metrics` and `/plugins` pass it first.
@@ -102,7 +105,7 @@ fn router(state: HttpState, gate: Option<Arc<auth::Gate>>) -> Router {
         guarded = guarded.route_layer(axum::middleware::from_fn_with_state(gate, auth::guard));
     }
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(guarded)
         .with_state(state)
@@ -148,13 +151,27 @@ pub(crate) async fn serve(
 }
 
 #[derive(serde::Deserialize)]
-struct ReadyzQuery {
+struct VerboseQuery {
     verbose: Option<String>,
+}
+
+/// `ok` while the process serves; with `?verbose`, kube-apiserver's `[+]ping ok` and a note
+/// per part that failed and recovered by itself (an informer whose Reflector panicked).
+async fn healthz(State(state): State<HttpState>, Query(query): Query<VerboseQuery>) -> String {
+    if query.verbose.is_none() {
+        return "ok".to_owned();
+    }
+    let mut body = "[+]ping ok\n".to_owned();
+    for note in (state.health_notes)() {
+        let _ = writeln!(body, "    {note}");
+    }
+    body.push_str("ok\n");
+    body
 }
 
 /// kube-apiserver's format: `ok`, or with `?verbose` one `[+]name ok` / `[-]name not ready`
 /// / `[-]name failed: reason` line per check.
-async fn readyz(State(state): State<HttpState>, Query(query): Query<ReadyzQuery>) -> Response {
+async fn readyz(State(state): State<HttpState>, Query(query): Query<VerboseQuery>) -> Response {
     let checks = state.readiness.snapshot();
     let ready = !checks.is_empty()
         && checks
@@ -204,4 +221,43 @@ async fn metrics(State(state): State<HttpState>) -> Response {
 
 async fn plugins(State(state): State<HttpState>) -> Json<serde_json::Value> {
     Json((state.plugins)())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(notes: Vec<String>) -> HttpState {
+        HttpState {
+            readiness: Readiness::default(),
+            registry: Arc::new(Registry::default()),
+            plugins: Arc::new(|| serde_json::Value::Null),
+            health_notes: Arc::new(move || notes.clone()),
+        }
+    }
+
+    #[tokio::test]
+    async fn healthz_notes_what_recovered_only_when_asked() {
+        let note =
+            "informer v1/pods: its reflector panicked 1 times and listed again (see the log)";
+        let verbose = |verbose: Option<&str>| VerboseQuery {
+            verbose: verbose.map(str::to_owned),
+        };
+        assert_eq!(
+            healthz(State(state(vec![note.to_owned()])), Query(verbose(None))).await,
+            "ok"
+        );
+        assert_eq!(
+            healthz(
+                State(state(vec![note.to_owned()])),
+                Query(verbose(Some("")))
+            )
+            .await,
+            format!("[+]ping ok\n    {note}\nok\n")
+        );
+        assert_eq!(
+            healthz(State(state(Vec::new())), Query(verbose(Some("")))).await,
+            "[+]ping ok\nok\n"
+        );
+    }
 }

@@ -57,7 +57,7 @@ fn encode<T>(
 
 /// Per informer (label `informer`: resource, namespace and selectors):
 /// `kubeplug_informer_objects`, `_synced`, `_handlers`, `_lists_total`, `_watches_total`,
-/// `_watch_events_total`, `_skipped_objects_total` and `_errors_total`.
+/// `_watch_events_total`, `_skipped_objects_total`, `_errors_total` and `_panics_total`.
 #[derive(Debug)]
 pub(crate) struct InformerCollector {
     factory: SharedInformerFactory,
@@ -69,6 +69,24 @@ impl InformerCollector {
     }
 }
 
+/// A line per informer whose Reflector panicked and listed again, for `/healthz?verbose`:
+/// host-written (the resource and a count; the panic's message is in the log).
+pub(crate) fn informer_health(factory: &SharedInformerFactory) -> Vec<String> {
+    factory
+        .keys()
+        .into_iter()
+        .filter_map(|key| {
+            let panics = factory.informer(&key)?.reflector_counts().panics;
+            (panics > 0).then(|| {
+                format!(
+                    "informer {}: its reflector panicked {panics} times and listed again (see the log)",
+                    key.resource
+                )
+            })
+        })
+        .collect()
+}
+
 impl Collector for InformerCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let informers: Vec<(String, SharedIndexInformer)> = self
@@ -77,7 +95,7 @@ impl Collector for InformerCollector {
             .into_iter()
             .filter_map(|key| Some((key.to_string(), self.factory.informer(&key)?)))
             .collect();
-        let families: [Family<SharedIndexInformer>; 8] = [
+        let families: [Family<SharedIndexInformer>; 9] = [
             Family {
                 name: "kubeplug_informer_objects",
                 help: "Objects in the informer's cache.",
@@ -117,6 +135,11 @@ impl Collector for InformerCollector {
                 name: "kubeplug_informer_errors",
                 help: "List and watch failures.",
                 kind: Kind::Counter(|i| i.reflector_counts().errors),
+            },
+            Family {
+                name: "kubeplug_informer_panics",
+                help: "Panics in the informer's Reflector, each followed by a fresh list.",
+                kind: Kind::Counter(|i| i.reflector_counts().panics),
             },
         ];
         encode(&mut encoder, "informer", &informers, &families)

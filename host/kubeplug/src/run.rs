@@ -30,7 +30,7 @@ use crate::config::Config;
 use crate::election::{elect, election_config};
 use crate::http::{CertificateSource, HttpState, KubeReviews, Readiness, Serving, serve};
 use crate::kube_writer::{KubeWriter, reporting_instance};
-use crate::metrics::{InformerCollector, PluginCollector, ScanCollector};
+use crate::metrics::{InformerCollector, PluginCollector, ScanCollector, informer_health};
 use crate::plugins::{DirConfig, Hints, PluginDir, PluginHost, Resolve, Resolver, watch};
 use crate::signals::stop_on_signals;
 use crate::writer::LocalWriter;
@@ -139,6 +139,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         readiness: readiness.clone(),
         registry: Arc::new(registry),
         plugins: Arc::new(move || serde_json::to_value(reports.reports()).unwrap_or_default()),
+        health_notes: {
+            let factory = factory.clone();
+            Arc::new(move || informer_health(&factory))
+        },
     };
     let scheme = match serving {
         Serving::Plain => "http",

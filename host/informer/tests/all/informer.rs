@@ -566,3 +566,60 @@ async fn an_informer_dropped_without_shutdown_stops_its_tasks_and_its_watch() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(server.open_watches(), 0, "the watch ended");
 }
+
+/// The in-memory server, except that its first list panics.
+struct PanicsOnce {
+    inner: kubeplug_memory::MemoryListerWatcher,
+    panicked: std::sync::atomic::AtomicBool,
+}
+
+impl kubeplug_informer::source::ListerWatcher for PanicsOnce {
+    fn list(
+        &self,
+        request: kubeplug_informer::source::ListRequest,
+    ) -> futures::future::BoxFuture<
+        '_,
+        Result<kubeplug_informer::source::ListPage, kubeplug_informer::source::SourceError>,
+    > {
+        let first = !self
+            .panicked
+            .swap(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(!first, "the source panics on its first list");
+        self.inner.list(request)
+    }
+
+    fn watch(
+        &self,
+        request: kubeplug_informer::source::WatchRequest,
+    ) -> futures::future::BoxFuture<
+        '_,
+        Result<kubeplug_informer::source::WatchStream, kubeplug_informer::source::SourceError>,
+    > {
+        self.inner.watch(request)
+    }
+}
+
+/// Issue 20: a panic in the Reflector (here, its source's) is counted and followed by a
+/// fresh list. Regression: the Reflector's task ended, and the informer never synced, with
+/// nothing but the panic message on stderr to say why.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_reflector_lists_again_and_counts_the_panic() {
+    let server = MemoryServer::new();
+    server.create(&pods(), &pod("a", 1)).unwrap();
+    let source = Arc::new(PanicsOnce {
+        inner: server.lister_watcher(pods(), None, None, None),
+        panicked: std::sync::atomic::AtomicBool::new(false),
+    });
+    let informer = SharedIndexInformer::new(
+        source,
+        ObjectDecoder::new(pods()),
+        ReflectorConfig::default(),
+    );
+    informer.start();
+    tokio::time::timeout(Duration::from_secs(60), informer.wait_for_sync())
+        .await
+        .expect("the informer syncs after the panic");
+    assert_eq!(informer.indexer().len(), 1);
+    assert_eq!(informer.reflector_counts().panics, 1);
+    informer.stop().await;
+}
