@@ -78,13 +78,7 @@ impl IndexSpec {
         match self {
             Self::Custom { .. } => {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.values(object)))
-                    .map_err(|payload| {
-                        payload
-                            .downcast_ref::<&str>()
-                            .map(|s| (*s).to_owned())
-                            .or_else(|| payload.downcast_ref::<String>().cloned())
-                            .unwrap_or_else(|| "a panic".to_owned())
-                    })
+                    .map_err(|payload| crate::panic_message(payload.as_ref()))
             }
             _ => Ok(self.values(object)),
         }

@@ -78,3 +78,12 @@ pub mod reflector;
 pub mod resource;
 pub mod selector;
 pub mod source;
+
+/// The message of a caught panic: its `&str` or `String` payload, else a placeholder.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}

@@ -340,11 +340,7 @@ impl Reflector {
     /// Counts and logs a panic of a step; a fresh list follows a back-off.
     fn after_panic(&mut self, payload: &(dyn std::any::Any + Send)) -> State {
         self.stats.panics.fetch_add(1, Ordering::Relaxed);
-        let message = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic".to_owned());
+        let message = crate::panic_message(payload);
         let delay = self.next_delay(None);
         tracing::error!(resource = %self.resource(), %message, retry_in = ?delay, "the reflector panicked; it lists again");
         State::Backoff {
