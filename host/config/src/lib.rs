@@ -24,6 +24,7 @@
 //! write_qps = 20.0
 //! write_burst = 30
 //! sync_deadline_s = 120
+//! buffer_budget_mib = 16
 //!
 //! # Grants every plugin gets besides its own; patterns in `read` only.
 //! [defaults.grants]

@@ -37,6 +37,9 @@ pub struct Limits {
     /// How long a loaded plugin waits for the informers it reads to sync before it is
     /// reported failed, s. It still starts once they sync.
     pub sync_deadline_s: Option<u64>,
+    /// Object JSON an events-mode plugin's buffers may keep alive on their own, MiB; over it
+    /// they keep only the latest state per key.
+    pub buffer_budget_mib: Option<u32>,
 }
 
 /// A plugin's limits with every key decided.
@@ -68,6 +71,8 @@ pub struct SandboxLimits {
     pub write_burst: u32,
     /// How long a loaded plugin waits for its informers to sync before it is failed, s.
     pub sync_deadline_s: u64,
+    /// Object JSON an events-mode plugin's buffers may keep alive on their own, MiB.
+    pub buffer_budget_mib: u32,
 }
 
 impl SandboxLimits {
@@ -86,6 +91,9 @@ impl SandboxLimits {
     /// - 20 writes a second in bursts of 30: client-go's default QPS and burst for a client,
     ///   so that one plugin cannot flood the API server for everyone.
     /// - A 120 s sync deadline: controller-runtime's `CacheSyncTimeout`.
+    /// - A 16 MiB buffer budget: thousands of superseded object versions per plugin, so
+    ///   that a plugin that only falls behind keeps its history, and one that stalls costs
+    ///   the host a bounded amount (plus one notification per key).
     pub const BUILT_IN: SandboxLimits = SandboxLimits {
         memory_limit_mib: 64,
         call_deadline_ms: 1000,
@@ -100,6 +108,7 @@ impl SandboxLimits {
         write_qps: 20.0,
         write_burst: 30,
         sync_deadline_s: 120,
+        buffer_budget_mib: 16,
     };
 
     /// The largest memory limit: a 32-bit linear memory holds at most 4 GiB.
@@ -131,6 +140,7 @@ impl Limits {
             write_qps: pick!(write_qps),
             write_burst: pick!(write_burst),
             sync_deadline_s: pick!(sync_deadline_s),
+            buffer_budget_mib: pick!(buffer_budget_mib),
         }
     }
 
@@ -154,6 +164,7 @@ impl Limits {
             ("max_wasi_resources", self.max_wasi_resources.map(u64::from)),
             ("write_burst", self.write_burst.map(u64::from)),
             ("sync_deadline_s", self.sync_deadline_s),
+            ("buffer_budget_mib", self.buffer_budget_mib.map(u64::from)),
         ];
         for (key, value) in counts {
             if value == Some(0) {

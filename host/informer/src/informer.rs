@@ -31,6 +31,13 @@ pub struct HandlerOptions {
     pub buffer: BufferPolicy,
     /// Re-deliver the whole cache as `Update { resync: true }` this often. `None`: never.
     pub resync_period: Option<Duration>,
+    /// With [`BufferPolicy::Unbounded`]: once the object JSON only the buffer keeps alive
+    /// (updates' old states, deleted objects) is over this many bytes, a notification for a
+    /// key that already waits is merged into the waiting one: the handler gets each key's
+    /// latest state, an update's old state is the one it was last given, and
+    /// [`ListenerProbe::merged`](crate::listener::ListenerProbe::merged) counts the merges.
+    /// `None`: every notification is kept, in order, however many.
+    pub budget: Option<usize>,
 }
 
 /// A shared informer for one resource (and namespace and selectors, fixed by its source).
@@ -226,6 +233,7 @@ impl SharedIndexInformer {
             let (listener, receiver) = Listener::new(
                 id,
                 options.buffer,
+                options.budget,
                 options.resync_period,
                 inner.fifo.synced_flag(),
             );

@@ -3,11 +3,10 @@
 //! The informer appends notifications (`Listener::push`) without blocking; the handler's
 //! side, a [`ListenerReceiver`], takes them out in order, in batches, at its own pace.
 
-use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -17,6 +16,10 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::object::{Object, ObjectKey};
+
+mod buffer;
+
+use buffer::Buffer;
 
 /// What a handler is told.
 #[derive(Debug, Clone)]
@@ -89,60 +92,6 @@ pub enum BufferPolicy {
     CoalesceByKey,
 }
 
-#[derive(Default)]
-struct Buffer {
-    policy: BufferPolicy,
-    /// Unbounded: every notification. CoalesceByKey: each key once, oldest first.
-    order: VecDeque<Notification>,
-    /// CoalesceByKey only: index of each key's notification in `order`, minus `popped`.
-    /// Invariant: a key is here if and only if exactly one entry of `order` has it.
-    positions: HashMap<ObjectKey, usize>,
-    /// Entries removed from the front of `order` since the buffer was last rebuilt.
-    popped: usize,
-    closed: bool,
-}
-
-impl Buffer {
-    /// Appends; returns the notification it replaced, if coalescing.
-    fn push(&mut self, notification: Notification) -> Option<Notification> {
-        match self.policy {
-            BufferPolicy::Unbounded => {
-                self.order.push_back(notification);
-                None
-            }
-            BufferPolicy::CoalesceByKey => {
-                if let Some(&at) = self.positions.get(notification.key()) {
-                    let slot = &mut self.order[at - self.popped];
-                    return Some(std::mem::replace(slot, notification));
-                }
-                self.positions
-                    .insert(notification.key().clone(), self.popped + self.order.len());
-                self.order.push_back(notification);
-                None
-            }
-        }
-    }
-
-    fn pop(&mut self) -> Option<Notification> {
-        let notification = self.order.pop_front()?;
-        if self.policy == BufferPolicy::CoalesceByKey {
-            self.positions.remove(notification.key());
-            self.popped += 1;
-        }
-        Some(notification)
-    }
-
-    /// Switches policy; coalescing an existing backlog keeps each key's latest notification.
-    /// Returns the notifications dropped.
-    fn set_policy(&mut self, policy: BufferPolicy) -> Vec<Notification> {
-        let backlog = std::mem::take(&mut self.order);
-        self.positions.clear();
-        self.popped = 0;
-        self.policy = policy;
-        backlog.into_iter().filter_map(|n| self.push(n)).collect()
-    }
-}
-
 /// Identifies a listener within its informer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ListenerId(pub(crate) u64);
@@ -169,6 +118,8 @@ struct Shared {
     unhandled: AtomicUsize,
     /// The informer's own HasSynced.
     informer_synced: Arc<AtomicBool>,
+    /// Pushes merged into a key's waiting notification because the buffer was over budget.
+    merged: AtomicU64,
 }
 
 impl Shared {
@@ -195,14 +146,13 @@ impl Listener {
     pub(crate) fn new(
         id: ListenerId,
         policy: BufferPolicy,
+        budget: Option<usize>,
         resync_period: Option<Duration>,
         informer_synced: Arc<AtomicBool>,
     ) -> (Self, ListenerReceiver) {
         let shared = Arc::new(Shared {
-            buffer: Mutex::new(Buffer {
-                policy,
-                ..Buffer::default()
-            }),
+            buffer: Mutex::new(Buffer::new(policy, budget)),
+            merged: AtomicU64::new(0),
             ready: Notify::new(),
             initial_pending: AtomicUsize::new(0),
             depth: AtomicUsize::new(0),
@@ -240,11 +190,15 @@ impl Listener {
             self.shared.initial_pending.fetch_add(1, Ordering::AcqRel);
         }
         self.shared.unhandled.fetch_add(1, Ordering::AcqRel);
-        match buffer.push(notification) {
-            Some(replaced) => self.shared.forget(&[replaced]),
+        let pushed = buffer.push(notification);
+        match pushed.forgotten {
+            Some(forgotten) => self.shared.forget(&[forgotten]),
             None => {
                 self.shared.depth.fetch_add(1, Ordering::Relaxed);
             }
+        }
+        if pushed.merged {
+            self.shared.merged.fetch_add(1, Ordering::Relaxed);
         }
         drop(buffer);
         self.shared.ready.notify_one();
@@ -280,7 +234,7 @@ fn close(shared: &Shared) {
     let mut buffer = shared.lock();
     buffer.closed = true;
     let dropped: Vec<_> = std::mem::take(&mut buffer.order).into();
-    buffer.positions.clear();
+    buffer.clear();
     drop(buffer);
     shared.depth.store(0, Ordering::Relaxed);
     shared.forget(&dropped);
@@ -428,6 +382,12 @@ impl ListenerProbe {
     pub fn unhandled(&self) -> usize {
         self.shared.unhandled.load(Ordering::Acquire)
     }
+
+    /// Notifications merged into their key's waiting one because the buffer was over its
+    /// budget ([`HandlerOptions::budget`](crate::informer::HandlerOptions::budget)).
+    pub fn merged(&self) -> u64 {
+        self.shared.merged.load(Ordering::Relaxed)
+    }
 }
 
 impl Stream for ListenerReceiver {
@@ -521,6 +481,12 @@ mod tests {
         }
     }
 
+    /// A listener of a synced informer.
+    fn listener(policy: BufferPolicy, budget: Option<usize>) -> (Listener, ListenerReceiver) {
+        let synced = Arc::new(AtomicBool::new(true));
+        Listener::new(ListenerId(1), policy, budget, None, synced)
+    }
+
     fn summary(batch: &NotificationBatch) -> Vec<(String, u64)> {
         batch
             .iter()
@@ -530,9 +496,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_notification_is_unhandled_until_its_batch_is_dropped() {
-        let synced = Arc::new(AtomicBool::new(true));
-        let (listener, mut rx) =
-            Listener::new(ListenerId(1), BufferPolicy::CoalesceByKey, None, synced);
+        let (listener, mut rx) = listener(BufferPolicy::CoalesceByKey, None);
         let probe = rx.probe();
         listener.push(add("a", 1, false));
         listener.push(add("a", 2, false));
@@ -549,9 +513,7 @@ mod tests {
 
     #[tokio::test]
     async fn delivers_in_order_in_batches() {
-        let synced = Arc::new(AtomicBool::new(true));
-        let (listener, mut rx) =
-            Listener::new(ListenerId(1), BufferPolicy::Unbounded, None, synced);
+        let (listener, mut rx) = listener(BufferPolicy::Unbounded, None);
         for rv in 1..=5 {
             listener.push(add("a", rv, false));
         }
@@ -570,9 +532,7 @@ mod tests {
     async fn as_a_stream_it_yields_bounded_batches_waits_for_pushes_and_ends_on_close() {
         use futures::StreamExt;
 
-        let synced = Arc::new(AtomicBool::new(true));
-        let (listener, mut rx) =
-            Listener::new(ListenerId(1), BufferPolicy::Unbounded, None, synced);
+        let (listener, mut rx) = listener(BufferPolicy::Unbounded, None);
         for rv in 1..=300 {
             listener.push(add("a", rv, false));
         }
@@ -597,9 +557,7 @@ mod tests {
 
     #[tokio::test]
     async fn coalescing_keeps_latest_per_key_in_first_arrival_order() {
-        let synced = Arc::new(AtomicBool::new(true));
-        let (listener, mut rx) =
-            Listener::new(ListenerId(1), BufferPolicy::CoalesceByKey, None, synced);
+        let (listener, mut rx) = listener(BufferPolicy::CoalesceByKey, None);
         listener.push(add("a", 1, false));
         listener.push(add("b", 2, false));
         listener.push(add("a", 3, false));
@@ -613,9 +571,7 @@ mod tests {
 
     #[tokio::test]
     async fn switching_to_coalescing_compacts_the_backlog() {
-        let synced = Arc::new(AtomicBool::new(true));
-        let (listener, mut rx) =
-            Listener::new(ListenerId(1), BufferPolicy::Unbounded, None, synced);
+        let (listener, mut rx) = listener(BufferPolicy::Unbounded, None);
         for (name, rv) in [("a", 1), ("b", 2), ("a", 3), ("c", 4), ("b", 5)] {
             listener.push(add(name, rv, false));
         }
@@ -631,8 +587,13 @@ mod tests {
     #[tokio::test]
     async fn has_synced_waits_for_initial_batch_to_be_handled() {
         let synced = Arc::new(AtomicBool::new(false));
-        let (listener, mut rx) =
-            Listener::new(ListenerId(1), BufferPolicy::Unbounded, None, synced.clone());
+        let (listener, mut rx) = Listener::new(
+            ListenerId(1),
+            BufferPolicy::Unbounded,
+            None,
+            None,
+            synced.clone(),
+        );
         listener.push(add("a", 1, true));
         listener.push(add("b", 2, false));
         assert!(!rx.has_synced());
@@ -646,16 +607,15 @@ mod tests {
 
     #[tokio::test]
     async fn close_ends_delivery_and_dropping_the_receiver_closes() {
-        let synced = Arc::new(AtomicBool::new(true));
-        let (listener, mut rx) =
-            Listener::new(ListenerId(1), BufferPolicy::Unbounded, None, synced);
+        let (listener, mut rx) = listener(BufferPolicy::Unbounded, None);
         listener.push(add("a", 1, false));
         listener.close();
         assert!(rx.recv_batch(1).await.is_none());
         assert!(!listener.push(add("a", 2, false)));
 
         let synced = Arc::new(AtomicBool::new(true));
-        let (listener, rx) = Listener::new(ListenerId(2), BufferPolicy::Unbounded, None, synced);
+        let (listener, rx) =
+            Listener::new(ListenerId(2), BufferPolicy::Unbounded, None, None, synced);
         drop(rx);
         assert!(listener.is_closed());
     }
@@ -666,6 +626,7 @@ mod tests {
         let (mut listener, _rx) = Listener::new(
             ListenerId(1),
             BufferPolicy::Unbounded,
+            None,
             Some(Duration::from_secs(10)),
             synced,
         );
@@ -673,5 +634,71 @@ mod tests {
         tokio::time::advance(Duration::from_secs(10)).await;
         assert!(listener.take_resync_due(Instant::now()));
         assert!(!listener.take_resync_due(Instant::now()));
+    }
+
+    fn update(name: &str, old: u64, new: u64) -> Notification {
+        Notification::Update {
+            old: obj(name, old),
+            new: obj(name, new),
+            resync: false,
+        }
+    }
+
+    /// Issue 20: a slow handler's buffer stays within its budget by merging per key; the
+    /// handler still gets every key's final state, each update's old state is the one it
+    /// was last given, and the merges are counted. Regression: the buffer grew with every
+    /// notification (935 to 3,939 events, +15 MB, in the host's test).
+    #[tokio::test]
+    async fn over_budget_a_buffer_merges_per_key_and_keeps_each_keys_history_consistent() {
+        // Each update's old state costs about 60 bytes: the budget holds a few.
+        let (listener, mut rx) = listener(BufferPolicy::Unbounded, Some(300));
+        let probe = rx.probe();
+        listener.push(add("a", 1, true));
+        listener.push(add("b", 2, true));
+        let mut last = std::collections::BTreeMap::from([("a", 1), ("b", 2)]);
+        for rv in 3..=1000 {
+            let name = if rv % 2 == 0 { "a" } else { "b" };
+            listener.push(update(name, last[name], rv));
+            last.insert(name, rv);
+        }
+        listener.push(Notification::Delete {
+            object: obj("b", 1001),
+            final_state_unknown: false,
+        });
+        assert!(probe.depth() < 20, "{} waiting", probe.depth());
+        assert!(probe.merged() > 900, "{} merged", probe.merged());
+        assert!(!probe.has_synced(), "the initial adds are still waiting");
+
+        // What the handler gets is a consistent history of each key.
+        let mut given: std::collections::BTreeMap<String, Option<u64>> = Default::default();
+        while probe.depth() > 0 {
+            let batch = rx.recv_batch(64).await.unwrap();
+            for notification in batch.iter() {
+                let key = notification.key().to_string();
+                let rv = notification.object().resource_version();
+                match notification {
+                    Notification::Add { .. } => assert_eq!(given.get(&key), None, "{key}"),
+                    Notification::Update { old, .. } => {
+                        assert_eq!(given[&key], Some(old.resource_version()), "{key}")
+                    }
+                    Notification::Delete { .. } => {}
+                }
+                let state = (!matches!(notification, Notification::Delete { .. })).then_some(rv);
+                given.insert(key, state);
+            }
+        }
+        assert_eq!(given["a"], Some(1000));
+        assert_eq!(given["b"], None, "b's deletion arrived");
+        assert!(probe.has_synced());
+    }
+
+    #[tokio::test]
+    async fn within_budget_every_notification_is_kept() {
+        let (listener, rx) = listener(BufferPolicy::Unbounded, Some(1 << 20));
+        listener.push(add("a", 1, false));
+        for rv in 2..=100 {
+            listener.push(update("a", rv - 1, rv));
+        }
+        assert_eq!((rx.depth(), rx.probe().merged()), (100, 0));
     }
 }

@@ -176,7 +176,7 @@ impl Collector for PluginCollector {
                 (name, r)
             })
             .collect();
-        let families: [Family<PluginReport>; 4] = [
+        let families: [Family<PluginReport>; 5] = [
             Family {
                 name: "kubeplug_plugin_loaded",
                 help: "1 when the plugin is loaded and running.",
@@ -196,6 +196,12 @@ impl Collector for PluginCollector {
                 name: "kubeplug_plugin_failures",
                 help: "Calls into the plugin that failed.",
                 kind: Kind::Counter(|r| r.failures),
+            },
+            Family {
+                name: "kubeplug_plugin_buffer_merged",
+                help: "Notifications merged into a key's waiting one because the plugin's \
+                       buffer was over buffer_budget_mib.",
+                kind: Kind::Counter(|r| r.buffer_merged),
             },
         ];
         encode(&mut encoder, "plugin", &reports, &families)?;

@@ -51,6 +51,7 @@ pub fn config_file(data: &[u8]) {
             u64::from(limits.max_wasi_resources),
             u64::from(limits.write_burst),
             limits.sync_deadline_s,
+            u64::from(limits.buffer_budget_mib),
         ];
         assert!(
             counts.iter().all(|&n| n >= 1)

@@ -62,6 +62,8 @@ struct Prepared {
     reads: Vec<(Gvk, SharedIndexInformer)>,
     /// How long it waits for `reads` to sync before it is reported failed.
     sync_deadline: Duration,
+    /// Its events-mode buffers' budget, bytes.
+    buffer_budget: usize,
     load_time: Duration,
 }
 
@@ -113,6 +115,8 @@ struct Serving {
     loaded_at: SystemTime,
     load_time: Duration,
     keys: Vec<InformerKey>,
+    /// Its events-mode buffers' budget, bytes.
+    buffer_budget: usize,
     /// Keep the informers of `keys` running whether or not this replica leads.
     _warm: Vec<InformerLease>,
     /// `None` while this replica follows.
@@ -132,6 +136,11 @@ struct Delivering {
 }
 
 impl Delivering {
+    /// Notifications its buffers merged over their budget.
+    fn merged(&self) -> u64 {
+        self.probes.iter().map(ListenerProbe::merged).sum()
+    }
+
     /// Ends deliveries after the calls in flight, then unregisters the handlers. Keys waiting
     /// in a reconcile queue are dropped.
     async fn stop(self, plugin: &str) {
@@ -354,6 +363,7 @@ impl PluginHost {
             limits,
             sha256,
             sync_deadline,
+            buffer_budget,
         } = plugin_settings(&self.config, &path, self.namespace.as_deref()).map_err(|cause| {
             LoadFailure::Settings {
                 path: path.clone(),
@@ -487,6 +497,7 @@ impl PluginHost {
             warm,
             reads,
             sync_deadline,
+            buffer_budget,
             load_time: started.elapsed(),
         })
     }
@@ -574,6 +585,7 @@ impl PluginHost {
             plugin,
             keys,
             warm,
+            buffer_budget,
             load_time,
             ..
         } = prepared;
@@ -611,17 +623,22 @@ impl PluginHost {
         // New registrations first, so that informers shared with the old version keep
         // running; they buffer while the old version finishes.
         let registered = if self.is_leading() {
-            Some(self.register(&plugin, &keys).map_err(start)?)
+            Some(
+                self.register(&plugin, &keys, buffer_budget)
+                    .map_err(start)?,
+            )
         } else {
             None
         };
         let old = self.table().get_mut(&path).and_then(|e| e.serving.take());
         if let Some(old) = old {
+            let mut merged = 0;
             if let Some(delivering) = old.delivering {
+                merged = delivering.merged();
                 delivering.stop(old.plugin.name()).await;
             }
             // After the stop: the calls that were in flight count too.
-            let totals = Totals::of(&old.plugin);
+            let totals = Totals::of(&old.plugin).with_merged(merged);
             if let Some(entry) = self.table().get_mut(&path) {
                 entry.retired.add(totals);
             }
@@ -643,6 +660,7 @@ impl PluginHost {
             loaded_at: SystemTime::now(),
             load_time,
             keys,
+            buffer_budget,
             _warm: warm,
             delivering,
         });
@@ -656,16 +674,25 @@ impl PluginHost {
         Ok(())
     }
 
-    /// Registers a handler for each of `plugin`'s subscriptions (`keys` in their order).
-    fn register(&self, plugin: &Plugin, keys: &[InformerKey]) -> Result<Registered, String> {
-        let buffer = match plugin.description().delivery {
-            Delivery::Reconcile { .. } => BufferPolicy::CoalesceByKey,
-            Delivery::Events => BufferPolicy::Unbounded,
+    /// Registers a handler for each of `plugin`'s subscriptions (`keys` in their order). An
+    /// events-mode plugin's buffers keep every notification within `budget` bytes of
+    /// superseded object JSON, and the latest state per key past it; a reconcile plugin's
+    /// keep a key once anyway.
+    fn register(
+        &self,
+        plugin: &Plugin,
+        keys: &[InformerKey],
+        budget: usize,
+    ) -> Result<Registered, String> {
+        let (buffer, budget) = match plugin.description().delivery {
+            Delivery::Reconcile { .. } => (BufferPolicy::CoalesceByKey, None),
+            Delivery::Events => (BufferPolicy::Unbounded, Some(budget)),
         };
         let mut registered = Registered::default();
         for (key, wanted) in keys.iter().zip(&plugin.description().subscriptions) {
             let options = HandlerOptions {
                 buffer,
+                budget,
                 resync_period: wanted.resync_period,
             };
             let (registration, receiver) = self
@@ -725,21 +752,26 @@ impl PluginHost {
     pub(crate) async fn lead(&self) {
         let _writing = self.writing.lock().await;
         self.leading.store(true, Ordering::Release);
-        let waiting: Vec<(PathBuf, Arc<Plugin>, Vec<InformerKey>)> = self
+        let waiting: Vec<(PathBuf, Arc<Plugin>, Vec<InformerKey>, usize)> = self
             .table()
             .iter()
             .filter_map(|(path, entry)| {
                 let serving = entry.serving.as_ref()?;
-                serving
-                    .delivering
-                    .is_none()
-                    .then(|| (path.clone(), serving.plugin.clone(), serving.keys.clone()))
+                serving.delivering.is_none().then(|| {
+                    let plugin = serving.plugin.clone();
+                    (
+                        path.clone(),
+                        plugin,
+                        serving.keys.clone(),
+                        serving.buffer_budget,
+                    )
+                })
             })
             .collect();
-        for (path, plugin, keys) in waiting {
+        for (path, plugin, keys, budget) in waiting {
             plugin.fence_writes(false);
             let started = self
-                .register(&plugin, &keys)
+                .register(&plugin, &keys, budget)
                 .and_then(|registered| self.deliver(&plugin, registered));
             let mut table = self.table();
             let Some(entry) = table.get_mut(&path) else {
@@ -785,7 +817,10 @@ impl PluginHost {
             .values_mut()
             .filter_map(|entry| {
                 let serving = entry.serving.as_mut()?;
-                Some((serving.plugin.clone(), serving.delivering.take()?))
+                let delivering = serving.delivering.take()?;
+                // The next registration's buffers count from zero.
+                entry.retired.add_merged(delivering.merged());
+                Some((serving.plugin.clone(), delivering))
             })
             .collect();
         for (plugin, delivering) in stopping {

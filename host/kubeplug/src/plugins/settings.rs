@@ -22,6 +22,8 @@ pub(crate) struct PluginSettings {
     pub(crate) sha256: Option<String>,
     /// How long it waits for the informers it reads to sync before it is reported failed.
     pub(crate) sync_deadline: Duration,
+    /// Bytes of object JSON each of its events-mode buffers may keep alive on its own.
+    pub(crate) buffer_budget: usize,
 }
 
 /// The settings, grants, limits and pin of the section named like `file`'s stem
@@ -47,6 +49,7 @@ pub(crate) fn plugin_settings(
         grants: config.grants_of(&stem, namespace)?,
         limits: runtime_limits(&limits),
         sync_deadline: Duration::from_secs(limits.sync_deadline_s),
+        buffer_budget: (limits.buffer_budget_mib as usize) << 20,
         sha256: section.and_then(|s| s.sha256.clone()),
     })
 }

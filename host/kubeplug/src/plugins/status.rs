@@ -10,13 +10,15 @@ use std::time::SystemTime;
 use kubeplug_informer::listener::ListenerProbe;
 use kubeplug_runtime::{Plugin, PluginStats, RunState};
 
-use super::Entry;
+use super::{Delivering, Entry};
 
 /// Counts of versions that stopped serving, so that a file's totals survive reloads.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Totals {
     events: u64,
     failures: u64,
+    /// Notifications merged by its buffers over their budget.
+    merged: u64,
 }
 
 impl Totals {
@@ -29,12 +31,18 @@ impl Totals {
         Self {
             events: status.events_delivered,
             failures: status.calls_failed,
+            merged: 0,
         }
+    }
+
+    pub(super) fn with_merged(self, merged: u64) -> Self {
+        Self { merged, ..self }
     }
 
     pub(super) fn add(&mut self, other: Self) {
         self.events += other.events;
         self.failures += other.failures;
+        self.merged += other.merged;
     }
 }
 
@@ -51,6 +59,10 @@ pub(super) struct Retired {
 impl Retired {
     pub(super) fn add(&mut self, totals: Totals) {
         self.done.add(totals);
+    }
+
+    pub(super) fn add_merged(&mut self, merged: u64) {
+        self.done.merged += merged;
     }
 
     pub(super) fn retire(&mut self, stats: Arc<PluginStats>) {
@@ -91,6 +103,10 @@ pub(crate) struct PluginReport {
     pub(crate) load_ms: Option<f64>,
     /// Notifications waiting in its listeners.
     pub(crate) buffer_depth: usize,
+    /// Over every version of this file: notifications its buffers merged into a key's
+    /// waiting one because they were over `buffer_budget_mib` (the plugin then got the
+    /// latest state per key, not every change).
+    pub(crate) buffer_merged: u64,
     /// Over every version of this file.
     pub(crate) events_delivered: u64,
     /// Over every version of this file.
@@ -125,7 +141,8 @@ pub(super) fn report(file: &Path, entry: &Entry) -> PluginReport {
     };
     let mut totals = entry.retired.totals();
     if let Some(serving) = serving {
-        totals.add(Totals::of(&serving.plugin));
+        let merged = delivering.map_or(0, Delivering::merged);
+        totals.add(Totals::of(&serving.plugin).with_merged(merged));
     }
     PluginReport {
         file: file.to_owned(),
@@ -146,6 +163,7 @@ pub(super) fn report(file: &Path, entry: &Entry) -> PluginReport {
         buffer_depth: delivering.map_or(0, |d| d.probes.iter().map(ListenerProbe::depth).sum()),
         events_delivered: totals.events,
         failures: totals.failures,
+        buffer_merged: totals.merged,
     }
 }
 

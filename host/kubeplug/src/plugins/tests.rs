@@ -63,9 +63,14 @@ struct Handled {
 }
 
 /// The cluster writer of these tests: collects the recorders' `Handled` Events, and the
-/// keys whose reconcile the `reconciler` guest finished.
+/// keys whose reconcile the `reconciler` guest finished. A write waits while a test holds
+/// `gate` for writing (a cluster that stopped answering).
 #[derive(Default)]
-struct Recorded(Mutex<Vec<Handled>>, Mutex<BTreeSet<String>>);
+struct Recorded(
+    Mutex<Vec<Handled>>,
+    Mutex<BTreeSet<String>>,
+    Arc<tokio::sync::RwLock<()>>,
+);
 
 impl Recorded {
     fn all(&self) -> Vec<Handled> {
@@ -83,6 +88,16 @@ impl ClusterWriter for Recorded {
         _plugin: &'a str,
         write: Write,
     ) -> BoxFuture<'a, Result<String, WriteError>> {
+        Box::pin(async move {
+            let _open = self.2.read().await;
+            self.record(write);
+            Ok(String::new())
+        })
+    }
+}
+
+impl Recorded {
+    fn record(&self, write: Write) {
         if let Write::RecordEvent {
             reason, message, ..
         } = &write
@@ -109,7 +124,6 @@ impl ClusterWriter for Recorded {
                 self.1.lock().unwrap().insert(key);
             }
         }
-        Box::pin(async { Ok(String::new()) })
     }
 }
 
@@ -329,8 +343,14 @@ impl Harness {
 
     /// Creates or updates ConfigMap `default/<name>` and remembers the version written.
     fn write_config_map(&self, name: &str, value: u64) {
+        self.write_padded_config_map(name, value, 0);
+    }
+
+    /// [`write_config_map`](Self::write_config_map), with `padding` more bytes of data.
+    fn write_padded_config_map(&self, name: &str, value: u64, padding: usize) {
+        let pad = "x".repeat(padding);
         let json = format!(
-            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"default"}},"data":{{"n":"{value}"}}}}"#
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"default"}},"data":{{"n":"{value}","pad":"{pad}"}}}}"#
         );
         let written = self.cluster.server().apply(&config_maps(), &json).unwrap();
         self.written
@@ -1349,5 +1369,58 @@ async fn a_plugin_starts_once_the_caches_it_reads_have_synced_within_the_hosts_n
         state("hostile-secrets.wasm") == Some("running")
     })
     .await;
+    harness.stop().await;
+}
+
+/// Issue 20: an events-mode plugin that stops taking notifications (its writes hang) holds
+/// at most `buffer_budget_mib` of superseded objects: past it, its buffer keeps the latest
+/// state per key, counts the merges (`/plugins`), and every key's final state still
+/// arrives. Regression: the buffer kept every notification, however many.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_plugins_buffer_keeps_the_latest_state_per_key_past_its_budget() {
+    let config =
+        format!("{CONFIG}\n[plugins.recorder]\ncall_deadline_ms = 60000\nbuffer_budget_mib = 1\n");
+    let files = [("recorder.wasm", guest_bytes("recorder"))];
+    let harness = Harness::with_files(settled(), &config, &files).await;
+    let report = || harness.report("recorder.wasm").unwrap();
+    eventually("the recorder runs", LONG, || {
+        harness.report("recorder.wasm").map(|r| r.state) == Some("running")
+    })
+    .await;
+
+    let gate = harness.recorded.2.clone();
+    let stalled = gate.write().await;
+    // 10 keys, 40 versions each of 64 KiB: 25 MiB of superseded states against 1 MiB.
+    for round in 0..40 {
+        for key in 0..10 {
+            harness.write_padded_config_map(&format!("cm-{key}"), round, 64 << 10);
+        }
+    }
+    eventually("the informer handed every change over", LONG, || {
+        harness
+            .factory
+            .keys()
+            .iter()
+            .filter_map(|key| harness.factory.informer(key))
+            .all(|informer| informer.queued_keys() == 0)
+    })
+    .await;
+    let waiting = report();
+    // Within the budget: about 16 superseded states, plus the latest per key and the batch
+    // in the hung call.
+    assert!(
+        waiting.buffer_depth <= 64,
+        "{} waiting",
+        waiting.buffer_depth
+    );
+    assert!(
+        waiting.buffer_merged >= 300,
+        "{} merged",
+        waiting.buffer_merged
+    );
+
+    drop(stalled);
+    drained(&harness).await;
+    assert_eq!(report().last_error, None);
     harness.stop().await;
 }

@@ -65,7 +65,9 @@ impl Pipeline {
             cache.indexer(readable);
         }
         let reconcile = matches!(description.delivery, Delivery::Reconcile { .. });
+        // Without a budget: how many notifications merge would depend on timing.
         let options = HandlerOptions {
+            budget: None,
             buffer: if reconcile {
                 BufferPolicy::CoalesceByKey
             } else {
