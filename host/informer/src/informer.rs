@@ -344,8 +344,7 @@ fn handle_deltas(inner: &Inner, writer: &mut IndexerWriter, deltas: Deltas, in_i
             kind => match writer.put(delta.object.clone()) {
                 Some(old) => {
                     let resync = kind == DeltaType::Sync
-                        || (kind == DeltaType::Replaced
-                            && old.resource_version() == delta.object.resource_version());
+                        || (kind == DeltaType::Replaced && old.same_version(&delta.object));
                     let notification = Notification::Update {
                         old,
                         new: delta.object,

@@ -51,8 +51,8 @@ pub enum DecodeError {
         /// The start of the value found instead.
         found: String,
     },
-    /// `metadata.resourceVersion` is missing or not an unsigned integer.
-    #[error("object {key} has an unparseable resourceVersion {value:?}")]
+    /// `metadata.resourceVersion` is missing or empty.
+    #[error("object {key} has no resourceVersion (found {value:?})")]
     BadResourceVersion {
         /// The object's key.
         key: String,
@@ -192,6 +192,14 @@ pub struct OwnerReference {
     pub controller: bool,
 }
 
+/// `metadata.resourceVersion`: a number without an allocation for kube-apiserver's etcd
+/// revisions, the text otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ResourceVersion {
+    Number(u64),
+    Opaque(Box<str>),
+}
+
 /// A Kubernetes object as the cache holds it.
 ///
 /// Contract: `json()` is a compact JSON object that carries `apiVersion` and `kind`, and, when
@@ -202,7 +210,7 @@ pub struct Object {
     key: ObjectKey,
     json: Box<str>,
     uid: Option<Box<str>>,
-    resource_version: u64,
+    resource_version: ResourceVersion,
     generation: Option<i64>,
     /// Sorted by label key, keys unique.
     labels: Labels,
@@ -236,9 +244,29 @@ impl Object {
     pub fn uid(&self) -> Option<&str> {
         self.uid.as_deref()
     }
-    /// `metadata.resourceVersion`.
+    /// `metadata.resourceVersion` as a number: kube-apiserver's are etcd revisions. An
+    /// aggregated API server's may be any text; those objects are cached alike, and this is
+    /// 0 for them (the exact text is [`resource_version_text`](Self::resource_version_text)).
     pub fn resource_version(&self) -> u64 {
-        self.resource_version
+        match &self.resource_version {
+            ResourceVersion::Number(number) => *number,
+            ResourceVersion::Opaque(_) => 0,
+        }
+    }
+
+    /// `metadata.resourceVersion` exactly as the server wrote it. Opaque: compare it for
+    /// equality only ([`same_version`](Self::same_version)), never for order.
+    pub fn resource_version_text(&self) -> std::borrow::Cow<'_, str> {
+        match &self.resource_version {
+            ResourceVersion::Number(number) => number.to_string().into(),
+            ResourceVersion::Opaque(text) => std::borrow::Cow::Borrowed(text),
+        }
+    }
+
+    /// Whether `self` and `other` carry the same resourceVersion: the same state, as
+    /// client-go decides that an update is a resync.
+    pub fn same_version(&self, other: &Object) -> bool {
+        self.resource_version == other.resource_version
     }
     /// `metadata.generation`.
     pub fn generation(&self) -> Option<i64> {
@@ -482,13 +510,20 @@ impl MetaFields<'_> {
             .transpose()
         };
         let rv_text = string(self.resource_version, "resourceVersion")?.unwrap_or_default();
-        let resource_version =
-            rv_text
-                .parse::<u64>()
-                .map_err(|_| DecodeError::BadResourceVersion {
-                    key: key.to_string(),
-                    value: rv_text.to_string(),
-                })?;
+        if rv_text.is_empty() {
+            return Err(DecodeError::BadResourceVersion {
+                key: key.to_string(),
+                value: String::new(),
+            });
+        }
+        // Only the canonical form is a number, so that the text reads back as written:
+        // not "007", nor "+7", which `parse` accepts.
+        let canonical =
+            !rv_text.starts_with('+') && (*rv_text == *"0" || !rv_text.starts_with('0'));
+        let resource_version = match rv_text.parse::<u64>() {
+            Ok(number) if canonical => ResourceVersion::Number(number),
+            _ => ResourceVersion::Opaque(rv_text),
+        };
         let generation = self
             .generation
             .map(|raw| raw.parse::<i64>())
@@ -681,6 +716,7 @@ mod tests {
         assert_eq!(obj.name(), "cm-1");
         assert_eq!(obj.uid(), Some("u1"));
         assert_eq!(obj.resource_version(), 215);
+        assert_eq!(obj.resource_version_text(), "215");
         assert_eq!(obj.label("team"), Some("a"));
         assert_eq!(
             obj.labels().collect::<Vec<_>>(),
@@ -773,10 +809,10 @@ mod tests {
             Err(DecodeError::MissingName)
         );
         assert_eq!(
-            d.decode(br#"{"metadata":{"name":"a","namespace":"n","resourceVersion":"x1"}}"#),
+            d.decode(br#"{"metadata":{"name":"a","namespace":"n","resourceVersion":""}}"#),
             Err(DecodeError::BadResourceVersion {
                 key: "n/a".into(),
-                value: "x1".into()
+                value: String::new()
             })
         );
         assert_eq!(
@@ -817,5 +853,31 @@ mod tests {
         let value: serde_json::Value = serde_json::from_str(obj.json()).unwrap();
         assert_eq!(value["metadata"]["annotations"]["q\"uote"], "v\\n");
         assert_eq!(value["data"]["ké"], "☃");
+    }
+
+    /// Issue 20: a resourceVersion is opaque (aggregated API servers write any text): such
+    /// objects are cached with their exact text, never skipped. Regression: they were
+    /// refused as `BadResourceVersion`.
+    #[test]
+    fn a_resource_version_that_is_not_a_number_is_kept_as_text() {
+        let d = pods();
+        for text in [
+            "x1",
+            "007",
+            "18446744073709551616",
+            "2026-12-02T07:40:00Z/3",
+        ] {
+            let json = format!(r#"{{"metadata":{{"name":"a","resourceVersion":"{text}"}}}}"#);
+            let object = d.decode(json.as_bytes()).unwrap();
+            assert_eq!(object.resource_version_text(), text);
+            assert_eq!(object.resource_version(), 0, "{text}");
+        }
+        let a = d
+            .decode(br#"{"metadata":{"name":"a","resourceVersion":"x1"}}"#)
+            .unwrap();
+        let b = d
+            .decode(br#"{"metadata":{"name":"a","resourceVersion":"x2"}}"#)
+            .unwrap();
+        assert!(a.same_version(&a.clone()) && !a.same_version(&b));
     }
 }

@@ -209,3 +209,43 @@ async fn a_streaming_list_holds_each_objects_last_state_and_drops_the_deleted() 
     assert_eq!(told, ["add ns/b 3 true"]);
     informer.stop().await;
 }
+
+/// Issue 20: an aggregated API server's resourceVersions are any text: its objects are
+/// cached with it, not skipped as undecodable (they were).
+#[tokio::test(start_paused = true)]
+async fn objects_with_opaque_resource_versions_are_cached() {
+    let at = |name: &str, version: &str| -> bytes::Bytes {
+        format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{version}"}}}}"#
+        )
+        .into()
+    };
+    let source = Arc::new(ScriptedStream {
+        events: vec![
+            WatchEvent::Added(at("a", "v-a1")),
+            WatchEvent::Added(at("b", "v-b1")),
+            WatchEvent::Bookmark {
+                resource_version: "v-9".to_owned(),
+                initial_events_end: true,
+            },
+        ],
+    });
+    let informer = SharedIndexInformer::new(
+        source,
+        ObjectDecoder::new(pods()),
+        ReflectorConfig::default(),
+    );
+    informer.start();
+    informer.wait_for_sync().await;
+    let mut cached: Vec<String> = informer
+        .indexer()
+        .list()
+        .iter()
+        .map(|o| format!("{}@{}", o.key(), o.resource_version_text()))
+        .collect();
+    cached.sort();
+    assert_eq!(cached, ["ns/a@v-a1", "ns/b@v-b1"]);
+    assert_eq!(informer.reflector_counts().skipped_objects, 0);
+    assert_eq!(informer.last_sync_resource_version(), "v-9");
+    informer.stop().await;
+}

@@ -95,6 +95,9 @@ fn check_len(what: &str, value: &str) -> Result<(), wit::Error> {
 /// ```
 pub struct HostCalls {
     state: StoreState,
+    /// Runs the asynchronous calls as the host's runtime does (with its timer: a write is
+    /// bounded by the call's deadline).
+    runtime: tokio::runtime::Runtime,
 }
 
 /// An ordinary error answer of a host call.
@@ -167,7 +170,17 @@ impl HostCalls {
         };
         Self {
             state: StoreState::new(Arc::new(host), &PluginLimits::default()),
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .expect("a current-thread runtime builds"),
         }
+    }
+
+    /// Starts a call's clock, as the runtime does for each call into a plugin: its writes
+    /// wait at most the default call deadline for the cluster.
+    fn arm(&mut self) {
+        self.state.deadline = std::time::Instant::now() + PluginLimits::default().call_deadline;
     }
 
     /// Calls refused by the grants so far.
@@ -245,13 +258,14 @@ impl HostCalls {
         namespace: Option<&str>,
         json: &str,
     ) -> Result<String, HostCallError> {
+        self.arm();
         let call = cluster_wit::Host::create(
             &mut self.state,
             resource.into(),
             namespace.map(str::to_owned),
             json.to_owned(),
         );
-        answer(futures::executor::block_on(call), |stored| stored)
+        answer(self.runtime.block_on(call), |stored| stored)
     }
 
     /// `cluster.delete`.
@@ -261,7 +275,8 @@ impl HostCalls {
             namespace: target.namespace.clone(),
             name: target.name.clone(),
         };
+        self.arm();
         let call = cluster_wit::Host::delete(&mut self.state, target);
-        answer(futures::executor::block_on(call), |()| ())
+        answer(self.runtime.block_on(call), |()| ())
     }
 }
