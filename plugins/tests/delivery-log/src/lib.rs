@@ -39,8 +39,13 @@ impl Plugin for DeliveryLog {
             namespace: first.meta.namespace.clone(),
             name: first.meta.name.clone(),
         };
-        cluster::record_event(&regarding, cluster::EventSeverity::Normal, "Delivered", &key)
-            .map_err(|e| format!("recording the delivery: {e:?}"))?;
+        cluster::record_event(
+            &regarding,
+            cluster::EventSeverity::Normal,
+            "Delivered",
+            &key,
+        )
+        .map_err(|e| format!("recording the delivery: {e:?}"))?;
         log::info("delivery end", &[("key", &key)]);
         Ok(())
     }
