@@ -1406,15 +1406,16 @@ async fn a_stalled_plugins_buffer_keeps_the_latest_state_per_key_past_its_budget
     })
     .await;
     let waiting = report();
-    // Within the budget: about 16 superseded states, plus the latest per key and the batch
-    // in the hung call.
+    // Within the budget: about 16 superseded states and the latest per key wait. How many
+    // merged depends on how many the hung call took before it hung (265 to 370 seen), so
+    // the bound is loose: without the budget, none merge and 384 wait.
     assert!(
         waiting.buffer_depth <= 64,
         "{} waiting",
         waiting.buffer_depth
     );
     assert!(
-        waiting.buffer_merged >= 300,
+        waiting.buffer_merged >= 100,
         "{} merged",
         waiting.buffer_merged
     );
