@@ -316,10 +316,21 @@ fn agrees_with_reference(object: &Object, input: &Value) {
     assert_eq!(object.name(), name, "name");
     assert_eq!(object.namespace(), namespace, "namespace");
     assert_eq!(object.key(), &ObjectKey::new(namespace, name), "key");
+    // Opaque since issue 20: the exact text is kept; the number is the text's when it is a
+    // canonical decimal, else 0.
+    let version = metadata["resourceVersion"]
+        .as_str()
+        .expect("a decoded resourceVersion is a string");
+    assert_eq!(object.resource_version_text(), version, "resourceVersion");
+    let number = version
+        .parse::<u64>()
+        .ok()
+        .filter(|n| n.to_string() == version)
+        .unwrap_or(0);
     assert_eq!(
-        metadata["resourceVersion"].as_str().map(str::parse::<u64>),
-        Some(Ok(object.resource_version())),
-        "resourceVersion"
+        object.resource_version(),
+        number,
+        "resourceVersion as a number"
     );
     assert_eq!(object.uid(), metadata["uid"].as_str(), "uid");
     if let Some(generation) = metadata["generation"].as_i64() {
