@@ -165,6 +165,25 @@ impl Cluster {
         self.kubeconfig_for(&token, "host.kubeconfig")
     }
 
+    /// Binds ClusterRole `role` to ServiceAccount `account` of the namespace, as `binding`.
+    pub(crate) async fn bind_cluster_role(&self, binding: &str, role: &str, account: &str) {
+        self.request(
+            Method::POST,
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            Some(&json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": binding},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": account,
+                              "namespace": self.namespace}],
+            })),
+        )
+        .await
+        .unwrap();
+    }
+
     /// A kubeconfig for the host that authenticates with `token` instead of the admin's
     /// (real server only).
     pub(crate) fn kubeconfig_for(&self, token: &str, name: &str) -> PathBuf {

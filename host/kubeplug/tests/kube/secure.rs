@@ -9,10 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::Method;
 use kubeplug_envtest::User;
 use rustls::pki_types::ServerName;
-use serde_json::json;
 
 use crate::cluster::{Cluster, Server, eventually};
 use crate::support::{Host, wait_until};
@@ -97,21 +95,12 @@ async fn secure_endpoints_answer_only_callers_the_api_server_authorises() {
     // Whoever scrapes is bound to the reader role it printed.
     let scraper = cluster.service_account_token("scraper").await;
     cluster
-        .request(
-            Method::POST,
-            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-            Some(&json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": format!("{name}-scraper")},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                            "name": format!("{name}-metrics-reader")},
-                "subjects": [{"kind": "ServiceAccount", "name": "scraper",
-                              "namespace": cluster.namespace}],
-            })),
+        .bind_cluster_role(
+            &format!("{name}-scraper"),
+            &format!("{name}-metrics-reader"),
+            "scraper",
         )
-        .await
-        .unwrap();
+        .await;
 
     let tls = serving_pair(&dir.join("certs"));
     let host = Host::spawn(

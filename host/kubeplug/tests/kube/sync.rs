@@ -5,7 +5,6 @@
 
 use std::path::Path;
 
-use http::Method;
 use serde_json::{Value, json};
 
 use crate::PluginSetup;
@@ -95,21 +94,8 @@ async fn a_plugin_the_host_may_not_list_for_fails_while_the_host_is_ready_and_le
         )
         .await;
     cluster
-        .request(
-            Method::POST,
-            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-            Some(&json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": reader},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                            "name": reader},
-                "subjects": [{"kind": "ServiceAccount", "name": "kubeplug",
-                              "namespace": namespace}],
-            })),
-        )
-        .await
-        .unwrap();
+        .bind_cluster_role(&reader, &reader, "kubeplug")
+        .await;
     eventually("configmap-reload starts once it may list", || async {
         (state_of(&host, "configmap-reload.wasm") == "running").then_some(())
     })
