@@ -64,15 +64,12 @@ impl Pipeline {
         for readable in description.reads.iter().chain(subscribed) {
             cache.indexer(readable);
         }
-        let reconcile = matches!(description.delivery, Delivery::Reconcile { .. });
-        // Without a budget: how many notifications merge would depend on timing.
+        // Every notification is delivered, in reconcile mode too, where `run` coalesces them
+        // by key: how many would coalesce, and so the events delivered and the `map-event`
+        // calls made, depends on timing. The work queue still merges keys.
         let options = HandlerOptions {
             budget: None,
-            buffer: if reconcile {
-                BufferPolicy::CoalesceByKey
-            } else {
-                BufferPolicy::Unbounded
-            },
+            buffer: BufferPolicy::Unbounded,
             resync_period: None,
         };
         let mut subscriptions = Vec::new();

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use kubeplug_runtime::status::MetricValue;
+use kubeplug_runtime::status::{MetricValue, PluginStatus};
 use kubeplug_runtime::{Delivery, Plugin};
 
 use super::events::Change;
@@ -64,8 +64,25 @@ struct Status {
     events_delivered: u64,
     calls_failed: u64,
     batches_skipped: u64,
+    /// The reconciles the steps report, not the plugin's own counter: that one also counts
+    /// the repeats the steps leave out, and how many there are is for timing to decide.
     reconciles: u64,
     denied: u64,
+}
+
+impl Status {
+    fn new(plugin: &PluginStatus, steps: &[Step]) -> Self {
+        let reported = steps.iter().flat_map(|s| &s.calls);
+        Self {
+            events_delivered: plugin.events_delivered,
+            calls_failed: plugin.calls_failed,
+            batches_skipped: plugin.batches_skipped,
+            reconciles: reported
+                .filter(|call| matches!(call, Call::Reconcile { .. }))
+                .count() as u64,
+            denied: plugin.denied,
+        }
+    }
 }
 
 /// One plugin-defined metric series.
@@ -112,14 +129,8 @@ impl Report {
                     Delivery::Reconcile { .. } => "reconcile",
                 },
             },
+            status: Status::new(&status, &steps),
             steps,
-            status: Status {
-                events_delivered: status.events_delivered,
-                calls_failed: status.calls_failed,
-                batches_skipped: status.batches_skipped,
-                reconciles: status.reconciles,
-                denied: status.denied,
-            },
             metrics,
             failed,
         }
@@ -225,5 +236,56 @@ fn render_call(call: &Call) -> String {
             "dropped: {count} more calls (a step keeps {})",
             super::journal::MAX_STEP_CALLS
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kubeplug_runtime::status::RunState;
+
+    use super::*;
+
+    fn reconcile(key: &str) -> Call {
+        Call::Reconcile {
+            key: key.to_owned(),
+            result: "done".to_owned(),
+            requeue_after_ms: None,
+            error: None,
+        }
+    }
+
+    /// The plugin counted 7 reconciles (a repeat the journal left out among them); the
+    /// report says 6, the number it shows, on every run.
+    #[test]
+    fn reconciles_are_those_the_steps_report() {
+        let plugin = PluginStatus {
+            state: RunState::Stopped,
+            events_delivered: 8,
+            calls_failed: 0,
+            batches_skipped: 0,
+            instances_created: 1,
+            denied: 0,
+            reconciles: 7,
+            quarantines: 0,
+            call_nanos: 1,
+            last_error: None,
+        };
+        let start = Step {
+            event: None,
+            calls: vec![reconcile("web"), reconcile("web"), reconcile("worker")],
+        };
+        let modified = Step {
+            event: None,
+            calls: vec![
+                Call::Failure {
+                    message: "not a reconcile".to_owned(),
+                },
+                reconcile("web"),
+                reconcile("web"),
+                reconcile("web"),
+            ],
+        };
+        let status = Status::new(&plugin, &[start, modified]);
+        assert_eq!((status.reconciles, status.events_delivered), (6, 8));
     }
 }
