@@ -12,7 +12,7 @@ pub(crate) fn meta(object: &Object, fields: MetaFields) -> wit::ObjectMeta {
         namespace: object.namespace().map(str::to_owned),
         name: object.name().to_owned(),
         uid: object.uid().filter(|_| fields.uid).map(str::to_owned),
-        resource_version: object.resource_version(),
+        resource_version: object.resource_version_text().into_owned(),
         generation: object.generation(),
         labels: if fields.labels {
             object
@@ -145,8 +145,8 @@ mod tests {
             (Some("prod"), "web-1")
         );
         assert_eq!(
-            (labelled.resource_version, labelled.generation),
-            (7, Some(2))
+            (labelled.resource_version.as_str(), labelled.generation),
+            ("7", Some(2))
         );
         let labels: Vec<_> = labelled.labels.iter().map(|l| l.key.as_str()).collect();
         assert_eq!(labels, ["app", "tier"]);

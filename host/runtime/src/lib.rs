@@ -28,6 +28,7 @@ mod grants;
 mod gvk;
 mod host;
 pub mod index;
+pub mod interface;
 pub mod observer;
 pub mod plugin;
 pub mod reconcile;

@@ -18,6 +18,7 @@ use crate::engine::{CompileSource, LiveToken, Runtime};
 use crate::grants::{self, Policy};
 use crate::gvk::Gvk;
 use crate::index::informer_spec;
+use crate::interface::{NameCheck, SERVED_VERSION, check_name};
 use crate::observer::{CallRecord, PluginObserver, ReconcileCall};
 use crate::state::{HostContext, LogBudget, StoreState, write_budget};
 use crate::status::{PluginMetrics, PluginStats, PluginStatus};
@@ -129,15 +130,29 @@ pub enum LoadError {
         /// wasmtime's reason.
         cause: String,
     },
-    /// It imports something outside `wasi:*@0.2` and `kubeplug:plugin@0.1.0`.
+    /// It imports something outside `wasi:*@0.2` and `kubeplug:plugin`.
     #[error(
-        "{path}: imports {import:?}; a plugin may import only wasi:*@0.2.x and kubeplug:plugin/*@0.1.0 interfaces"
+        "{path}: imports {import:?}; a plugin may import only wasi:*@0.2.x and kubeplug:plugin/* interfaces"
     )]
     ForbiddenImport {
         /// The file.
         path: PathBuf,
         /// The import.
         import: String,
+    },
+    /// It was built against a version of `kubeplug:plugin` this host does not serve.
+    #[error(
+        "{path}: built against kubeplug:plugin@{found} ({name}), but this host serves kubeplug:plugin@{served} and its patch releases; rebuild the plugin against the WIT or SDK of that version"
+    )]
+    InterfaceVersion {
+        /// The file.
+        path: PathBuf,
+        /// The import or export that names it.
+        name: String,
+        /// The version it names.
+        found: String,
+        /// [`SERVED_VERSION`].
+        served: &'static str,
     },
     /// Its imports or exports do not match the `plugin` world.
     #[error("{path}: link against the kubeplug:plugin world: {cause}")]
@@ -201,6 +216,7 @@ impl LoadError {
         match self {
             LoadError::CompileFailed { path, .. }
             | LoadError::ForbiddenImport { path, .. }
+            | LoadError::InterfaceVersion { path, .. }
             | LoadError::LinkFailed { path, .. }
             | LoadError::StartFailed { path, .. }
             | LoadError::InvalidDescription { path, .. }
@@ -285,15 +301,6 @@ struct Started {
     stats: Arc<PluginStats>,
     compile_source: CompileSource,
     compile_time: Duration,
-}
-
-/// Whether a component may import `name`.
-fn import_allowed(name: &str) -> bool {
-    let Some((interface, version)) = name.rsplit_once('@') else {
-        return false;
-    };
-    (interface.starts_with("wasi:") && version.starts_with("0.2."))
-        || (interface.starts_with("kubeplug:plugin/") && version == "0.1.0")
 }
 
 impl Runtime {
@@ -410,7 +417,7 @@ impl Runtime {
                     cause,
                 })?;
         let compile_time = started.elapsed();
-        self.check_imports(&path, &component)?;
+        self.check_names(&path, &component)?;
         let pre = self
             .linker
             .instantiate_pre(&component)
@@ -491,21 +498,38 @@ impl Runtime {
         })
     }
 
-    fn check_imports(
-        &self,
-        path: &std::path::Path,
-        component: &Component,
-    ) -> Result<(), LoadError> {
+    /// Refuses a component built against another version of `kubeplug:plugin`, naming both,
+    /// and one importing anything but WASI 0.2 and `kubeplug:plugin`.
+    fn check_names(&self, path: &std::path::Path, component: &Component) -> Result<(), LoadError> {
         let ty = component.component_type();
-        for (name, _) in ty.imports(&self.engine) {
-            if !import_allowed(name) {
-                return Err(LoadError::ForbiddenImport {
-                    path: path.to_path_buf(),
-                    import: name.to_owned(),
-                });
+        let imports = ty.imports(&self.engine).map(|(name, _)| (name, true));
+        let exports = ty.exports(&self.engine).map(|(name, _)| (name, false));
+        let mut foreign = None;
+        for (name, imported) in imports.chain(exports) {
+            match check_name(name) {
+                NameCheck::Served => {}
+                NameCheck::OtherVersion { found } => {
+                    return Err(LoadError::InterfaceVersion {
+                        path: path.to_path_buf(),
+                        name: name.to_owned(),
+                        found,
+                        served: SERVED_VERSION,
+                    });
+                }
+                // Unknown exports are the linker's to judge.
+                NameCheck::Foreign if imported => {
+                    foreign.get_or_insert(name.to_owned());
+                }
+                NameCheck::Foreign => {}
             }
         }
-        Ok(())
+        match foreign {
+            Some(import) => Err(LoadError::ForbiddenImport {
+                path: path.to_path_buf(),
+                import,
+            }),
+            None => Ok(()),
+        }
     }
 }
 
@@ -790,20 +814,4 @@ fn classify<T>(
             cause: format!("{e:#}"),
         },
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_wasi_02_and_our_package_may_be_imported() {
-        assert!(import_allowed("wasi:cli/environment@0.2.6"));
-        assert!(import_allowed("wasi:io/streams@0.2.0"));
-        assert!(import_allowed("kubeplug:plugin/cache@0.1.0"));
-        assert!(!import_allowed("wasi:http/outgoing-handler@0.3.0"));
-        assert!(!import_allowed("kubeplug:plugin/cache@0.2.0"));
-        assert!(!import_allowed("evil:net/raw@1.0.0"));
-        assert!(!import_allowed("env"));
-    }
 }

@@ -9,9 +9,9 @@
 //
 // Bindings: see plugins/examples/label-audit-js/handler.js.
 
-import { list } from "kubeplug:plugin/cache@0.1.0";
-import { log } from "kubeplug:plugin/log@0.1.0";
-import { gaugeSet } from "kubeplug:plugin/metrics@0.1.0";
+import { list } from "kubeplug:plugin/cache@0.2.0";
+import { log } from "kubeplug:plugin/log@0.2.0";
+import { gaugeSet } from "kubeplug:plugin/metrics@0.2.0";
 
 const PODS = { group: "", version: "v1", kind: "Pod" };
 const GAUGE = "crashloop_pods";

@@ -12,8 +12,8 @@
 // function returning `result` throws its error variant (QuickJS) or an Error whose
 // `payload` is that variant (StarlingMonkey).
 
-import { recordEvent } from "kubeplug:plugin/cluster@0.1.0";
-import { log } from "kubeplug:plugin/log@0.1.0";
+import { recordEvent } from "kubeplug:plugin/cluster@0.2.0";
+import { log } from "kubeplug:plugin/log@0.2.0";
 
 const DEPLOYMENTS = { group: "apps", version: "v1", kind: "Deployment" };
 const PODS = { group: "", version: "v1", kind: "Pod" };

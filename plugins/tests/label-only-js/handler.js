@@ -7,7 +7,7 @@
 // is 0, so the probe pins `performance.now()` (sub-millisecond, from process start) to the
 // wall clock at the instant `Date.now()` ticks, then reads `origin + performance.now()`.
 
-import { counterAdd, gaugeSet } from "kubeplug:plugin/metrics@0.1.0";
+import { counterAdd, gaugeSet } from "kubeplug:plugin/metrics@0.2.0";
 
 const PODS = { group: "", version: "v1", kind: "Pod" };
 

@@ -525,20 +525,31 @@ async fn drop_in_replace_under_churn_and_remove() {
     Arc::into_inner(harness).unwrap().stop().await;
 }
 
-/// `kubeplug:plugin/handler@0.1.0` renamed to `@0.2.0` (same length): a component of another
-/// version of the interface.
-fn other_interface_version(mut bytes: Vec<u8>) -> Vec<u8> {
-    let from = b"kubeplug:plugin/handler@0.1.0";
-    let to = b"kubeplug:plugin/handler@0.2.0";
-    let mut replaced = 0;
+/// The component `bytes` as if built against `version` of `kubeplug:plugin`: every
+/// `kubeplug:plugin/<interface>@0.2.0` it names, imports, exports and the type information
+/// beside them, renamed to `@<version>` (the same length, so nothing else moves).
+fn with_interface_version(mut bytes: Vec<u8>, version: &str) -> Vec<u8> {
+    let (package, served) = (b"kubeplug:plugin/", b"@0.2.0");
+    assert_eq!(version.len(), 5, "a version as long as the served one");
+    let mut renamed = 0;
     let mut at = 0;
-    while let Some(offset) = bytes[at..].windows(from.len()).position(|w| w == from) {
-        let start = at + offset;
-        bytes[start..start + from.len()].copy_from_slice(to);
-        at = start + from.len();
-        replaced += 1;
+    while let Some(offset) = bytes[at..]
+        .windows(package.len())
+        .position(|w| w == package)
+    {
+        let name = at + offset + package.len();
+        let interface = bytes[name..]
+            .iter()
+            .take_while(|b| b.is_ascii_lowercase() || **b == b'-')
+            .count();
+        let suffix = name + interface;
+        if bytes[suffix..].starts_with(served) {
+            bytes[suffix + 1..suffix + served.len()].copy_from_slice(version.as_bytes());
+            renamed += 1;
+        }
+        at = suffix;
     }
-    assert!(replaced > 0, "the guest exports the handler interface");
+    assert!(renamed > 0, "the guest names kubeplug:plugin interfaces");
     bytes
 }
 
@@ -576,15 +587,15 @@ async fn a_broken_replacement_leaves_the_old_version_serving() {
             b"\0asm\x0d\0\x01\0".to_vec(),
             &[
                 "link against the kubeplug:plugin world",
-                "kubeplug:plugin/handler@0.1.0",
+                "kubeplug:plugin/handler@0.2.0",
             ],
         ),
         (
-            "another interface version",
-            other_interface_version(recorder.clone()),
+            "another interface minor",
+            with_interface_version(recorder.clone(), "0.9.0"),
             &[
-                "link against the kubeplug:plugin world",
-                "kubeplug:plugin/handler@0.1.0",
+                "built against kubeplug:plugin@0.9.0",
+                "this host serves kubeplug:plugin@0.2.0",
             ],
         ),
         (
@@ -629,8 +640,10 @@ async fn a_broken_replacement_leaves_the_old_version_serving() {
         .await;
     }
     assert_eq!(harness.loads().0, 1);
-    // A working file again clears the error.
-    harness.publish("recorder.wasm", &guest_bytes("recorder-v2"));
+    // A working file again clears the error; built against a later patch of the interface,
+    // it links all the same.
+    let later_patch = with_interface_version(guest_bytes("recorder-v2"), "0.2.7");
+    harness.publish("recorder.wasm", &later_patch);
     eventually("the fixed file loads", LONG, || harness.loads().0 == 2).await;
     let report = harness.report("recorder.wasm").unwrap();
     assert_eq!(report.version.as_deref(), Some("0.2.0"));

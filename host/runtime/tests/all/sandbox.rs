@@ -138,38 +138,48 @@ fn component_importing(package: &str, interface: &str) -> Result<Vec<u8>> {
 async fn a_component_importing_outside_wasi_and_kubeplug_is_refused_naming_the_import() -> Result<()>
 {
     let runtime = runtime();
-    for (package, interface, import) in [
-        ("evil:net@1.0.0", "raw", "evil:net/raw@1.0.0"),
-        // WASI, but not 0.2: a newer WASI is a new sandbox to review first.
-        ("wasi:http@0.3.0", "outgoing", "wasi:http/outgoing@0.3.0"),
-        // Our package, another version.
-        (
-            "kubeplug:plugin@0.2.0",
-            "cache",
-            "kubeplug:plugin/cache@0.2.0",
-        ),
-    ] {
-        let path = std::path::PathBuf::from(format!("/plugins/{interface}.wasm"));
-        let spec = PluginSpec {
-            path: path.clone(),
+    let spec = |interface: &str, package: &str| -> Result<PluginSpec> {
+        Ok(PluginSpec {
+            path: std::path::PathBuf::from(format!("/plugins/{interface}.wasm")),
             bytes: component_importing(package, interface)?,
             settings: "{}".into(),
             grants: Grants::default(),
             limits: PluginLimits::default(),
             cache: Arc::new(kubeplug_runtime::IndexerMap::default()),
             writer: Arc::new(Recorder::default()),
-        };
-        match runtime.load(spec).await {
+        })
+    };
+    for (package, interface, import) in [
+        ("evil:net@1.0.0", "raw", "evil:net/raw@1.0.0"),
+        // WASI, but not 0.2: a newer WASI is a new sandbox to review first.
+        ("wasi:http@0.3.0", "outgoing", "wasi:http/outgoing@0.3.0"),
+    ] {
+        match runtime.load(spec(interface, package)?).await {
             Err(error @ LoadError::ForbiddenImport { .. }) => {
                 let message = error.to_string();
                 assert!(
-                    message.contains(import) && message.contains(&*path.to_string_lossy()),
+                    message.contains(import) && message.contains("/plugins/"),
                     "{message}"
                 );
             }
             Err(other) => bail!("{import}: expected a forbidden import, got: {other}"),
             Ok(_) => bail!("{import}: a component importing it was loaded"),
         }
+    }
+    // Our package, another minor: refused with both versions named.
+    match runtime.load(spec("cache", "kubeplug:plugin@0.1.0")?).await {
+        Err(error @ LoadError::InterfaceVersion { .. }) => {
+            let message = error.to_string();
+            for part in [
+                "/plugins/cache.wasm",
+                "built against kubeplug:plugin@0.1.0 (kubeplug:plugin/cache@0.1.0)",
+                "serves kubeplug:plugin@0.2.0",
+            ] {
+                assert!(message.contains(part), "{message} should say {part:?}");
+            }
+        }
+        Err(other) => bail!("kubeplug:plugin@0.1.0: expected a version error, got: {other}"),
+        Ok(_) => bail!("a component of kubeplug:plugin@0.1.0 was loaded"),
     }
     Ok(())
 }

@@ -43,7 +43,8 @@ impl Plugin for LabelReader {
             if event.label(&self.label) == Some(self.value.as_str()) {
                 web += 1;
             }
-            let rv = event.meta.resource_version;
+            // The memory server writes numbers; anything else counts as out of order.
+            let rv: u64 = event.meta.resource_version.parse().unwrap_or(0);
             let previous = self.last.insert(event.key(), rv).unwrap_or(0);
             if rv < previous || (rv == previous && event.change != EventType::Deleted) {
                 out_of_order += 1;
