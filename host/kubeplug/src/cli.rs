@@ -280,9 +280,8 @@ pub(crate) struct TestArgs {
     #[arg(long, value_name = "FILE_OR_DIR")]
     pub(crate) cache: Vec<PathBuf>,
 
-    /// Configuration file whose `[plugins.NAME]` settings and grants to use, as `run` would.
-    /// Without a section for the plugin, it is granted what its `describe()` asks for (this
-    /// is a test harness, not a sandbox boundary).
+    /// Configuration file whose `[plugins.NAME]` settings, grants and limits to use, with its
+    /// `[defaults]`, as `run` would. Without one, the defaults, which grant nothing.
     #[arg(long, env = "KUBEPLUG_CONFIG", value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
 

@@ -85,13 +85,25 @@ fn flagged_per_step(report: &Value) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// The examples' configuration, which grants every example what it reads.
+fn examples_config() -> String {
+    repository()
+        .join("examples/kubeplug.toml")
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
 #[test]
 fn test_replays_the_label_audit_fixture_in_text_and_json() {
     let cache = tempfile::tempdir().unwrap();
     let plugin = built_plugin("label-audit");
     let events = fixture("label-audit", "events.yaml");
     let fixtures = fixture("label-audit", "cache.yaml");
-    let args = ["--events", &events, "--cache", &fixtures];
+    let config = examples_config();
+    let args = [
+        "--events", &events, "--cache", &fixtures, "--config", &config,
+    ];
 
     let output = replay(cache.path(), &plugin, &args);
     let stdout = text(&output.stdout);
@@ -104,6 +116,11 @@ fn test_replays_the_label_audit_fixture_in_text_and_json() {
         .lines()
         .filter(|l| l.trim_start().starts_with("write record-event"))
         .collect();
+    assert_eq!(
+        stdout.lines().nth(1),
+        Some(format!("configuration: {config} [plugins.label-audit]").as_str()),
+        "{stdout}"
+    );
     assert_eq!(
         flagged,
         [
@@ -274,8 +291,13 @@ fn test_names_the_file_and_event_of_bad_input() {
     let cache = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let plugin = built_plugin("label-audit");
+    let config = examples_config();
     let fails_naming = |args: &[&str], expected: &[&str]| {
-        let output = replay(cache.path(), &plugin, args);
+        let output = replay(
+            cache.path(),
+            &plugin,
+            &[args, &["--config", &config]].concat(),
+        );
         let stderr = text(&output.stderr);
         assert!(!output.status.success(), "{args:?} succeeded");
         for part in expected {
@@ -371,7 +393,14 @@ fn record_writes_what_test_replays() {
         let output = replay(
             cache.path(),
             &built_plugin("label-audit"),
-            &["--events", out.to_str().unwrap(), "--output", "json"],
+            &[
+                "--events",
+                out.to_str().unwrap(),
+                "--config",
+                &examples_config(),
+                "--output",
+                "json",
+            ],
         );
         assert!(output.status.success(), "{}", text(&output.stderr));
         let report: Value = serde_json::from_slice(&output.stdout).unwrap();
@@ -423,8 +452,9 @@ fn every_label_audit_gives_the_same_report_on_the_fixture() {
     let cache = shared_artefacts();
     let events = fixture("label-audit", "events.yaml");
     let fixtures = fixture("label-audit", "cache.yaml");
+    let config = examples_config();
     let args = [
-        "--events", &events, "--cache", &fixtures, "--output", "json",
+        "--events", &events, "--cache", &fixtures, "--config", &config, "--output", "json",
     ];
     let observable = |report: &Value| -> Vec<Vec<Value>> {
         report["steps"]
@@ -492,4 +522,62 @@ fn the_report_is_the_same_on_every_run() {
         })
         .collect();
     assert_eq!(reports.len(), 1, "{reports:#?}");
+}
+
+/// Issue 21: `test` grants what `run` grants. Without a configuration that is nothing, so a
+/// plugin that reads fails to load, naming the configuration and the lines that would
+/// grant its reads (before, `test` granted whatever the plugin asked for).
+#[test]
+fn test_grants_what_run_grants_and_says_which_configuration_it_used() {
+    let cache = shared_artefacts();
+    let plugin = built_plugin("label-audit");
+    let events = fixture("label-audit", "events.yaml");
+    let fixtures = fixture("label-audit", "cache.yaml");
+    let output = replay(
+        &cache,
+        &plugin,
+        &["--events", &events, "--cache", &fixtures],
+    );
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success(), "{}", text(&output.stdout));
+    for part in [
+        "configuration: none given (--config): the defaults, which grant nothing",
+        "label-audit.wasm: grants: plugin label-audit reads types it is not granted",
+        "[plugins.label-audit.grants]",
+    ] {
+        assert!(stderr.contains(part), "{stderr} should say {part:?}");
+    }
+
+    // A configuration without a section for the plugin: its defaults, said so.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kubeplug.toml");
+    std::fs::write(
+        &config,
+        "[defaults.grants]\nread = [\"apps/v1/Deployment\", \"v1/Pod\"]\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let output = replay(
+        &cache,
+        &plugin,
+        &[
+            "--events", &events, "--cache", &fixtures, "--config", config,
+        ],
+    );
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        stdout.lines().nth(1),
+        Some(
+            format!(
+                "configuration: {config}, which has no section for this plugin: its [defaults]"
+            )
+            .as_str()
+        ),
+        "{stdout}\n{}",
+        text(&output.stderr)
+    );
+    assert!(
+        stdout.contains("denied record-event"),
+        "the defaults grant no writes: {stdout}"
+    );
 }

@@ -30,9 +30,7 @@ use kubeplug_informer::factory::SharedInformerFactory;
 use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::reflector::ReflectorConfig;
 use kubeplug_local::LocalCluster;
-use kubeplug_runtime::{
-    ClusterWriter, Description, Grants, Gvk, PluginLimits, PluginSpec, Runtime, RuntimeConfig,
-};
+use kubeplug_runtime::{ClusterWriter, Gvk, PluginLimits, PluginSpec, Runtime, RuntimeConfig};
 
 pub(crate) use events::{Change, Format};
 use journal::Journal;
@@ -43,7 +41,7 @@ use crate::plugins::{FactoryCache, PluginSettings, Resolver, plugin_settings};
 use crate::run::artifact_cache_dir;
 use crate::writer::LocalWriter;
 use events::InputEvent;
-use report::{EventInfo, Report, Step};
+use report::{Configuration, EventInfo, Report, Step};
 
 /// The log filter of stderr under `kubeplug test` unless `KUBEPLUG_LOG` says otherwise:
 /// the plugin's own records are in the report (the runtime hands them to the [`Journal`]
@@ -58,6 +56,7 @@ pub(crate) async fn test(args: TestArgs) -> anyhow::Result<()> {
     let journal = Journal::default();
     let config = Config::load(args.config.as_deref())?;
     let events = events::read(&args.events)?;
+    let configuration = configuration_used(&args, &config);
     let (cluster, scan) =
         LocalCluster::open_paths(args.cache.clone()).context("cannot read the cache fixtures")?;
     if !scan.errors.is_empty() {
@@ -81,7 +80,7 @@ pub(crate) async fn test(args: TestArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot read the plugin {}", args.plugin.display()))?;
     let PluginSettings {
         settings,
-        grants: configured_grants,
+        grants,
         limits,
         ..
     } = plugin_settings(&config, &args.plugin, None).map_err(anyhow::Error::msg)?;
@@ -115,30 +114,29 @@ pub(crate) async fn test(args: TestArgs) -> anyhow::Result<()> {
         LocalWriter::new(cluster.clone()),
         informers.clone(),
     ));
-    let spec = |grants: Grants| PluginSpec {
+    // The grants `run` would give it: a read it is not granted fails the load here too.
+    let spec = PluginSpec {
         path: args.plugin.clone(),
-        bytes: bytes.clone(),
-        settings: settings.clone(),
+        bytes,
+        settings,
         grants,
-        limits: limits.clone(),
+        limits,
         cache: cache.clone(),
         writer: writer.clone(),
     };
-    let grants = if has_section(&config, &args.plugin) {
-        configured_grants
-    } else {
-        requested_grants(&runtime.inspect(spec(Grants::default())).await?)
-    };
-    // Only what the plugin that runs does is reported.
-    journal.take();
-    let plugin = Arc::new(runtime.load(spec(grants)).await?);
+    let plugin = Arc::new(
+        runtime
+            .load(spec)
+            .await
+            .with_context(|| format!("configuration: {configuration}"))?,
+    );
 
     let pipeline = Pipeline::start(&plugin, &informers, cache.as_ref(), args.timeout).await?;
     let mut steps = Vec::new();
     let replayed = replay(&args, &events, &cluster, &pipeline, &journal, &mut steps).await;
     pipeline.stop().await;
     factory.shutdown().await;
-    let report = Report::new(&plugin, &args.plugin, steps);
+    let report = Report::new(&plugin, &args.plugin, configuration, steps);
     // The report is this command's output, also when the replay stopped early.
     #[allow(clippy::print_stdout)]
     {
@@ -200,25 +198,20 @@ async fn replay(
     Ok(())
 }
 
-/// Whether the configuration has a `[plugins.NAME]` section for this file.
-fn has_section(config: &Config, plugin: &Path) -> bool {
-    plugin
+/// Which configuration the replay used, as the report says it.
+fn configuration_used(args: &TestArgs, config: &Config) -> Configuration {
+    let stem = args
+        .plugin
         .file_stem()
-        .is_some_and(|stem| config.plugins.contains_key(&*stem.to_string_lossy()))
-}
-
-/// Exactly the reads and writes `description` asks for.
-fn requested_grants(description: &Description) -> Grants {
-    let mut grants = Grants::default();
-    for read in description.read_types() {
-        grants = grants.allow_read(read);
+        .map(|stem| stem.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Configuration {
+        file: args.config.as_ref().map(|file| file.display().to_string()),
+        section: config
+            .plugins
+            .contains_key(&stem)
+            .then(|| format!("[plugins.{stem}]")),
     }
-    for (resource, verbs) in &description.writes {
-        for verb in verbs {
-            grants = grants.allow_write(resource.clone(), *verb);
-        }
-    }
-    grants
 }
 
 /// Writes one event to the cluster as an API client would: ADDED and MODIFIED create or

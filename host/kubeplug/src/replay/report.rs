@@ -19,6 +19,7 @@ const SCHEMA: &str = "kubeplug.dev/test-report/v1";
 pub(crate) struct Report {
     schema: &'static str,
     plugin: PluginInfo,
+    configuration: Configuration,
     /// The start (load and initial list) first, then one step per replayed event.
     steps: Vec<Step>,
     status: Status,
@@ -34,6 +35,31 @@ struct PluginInfo {
     file: String,
     /// `events` or `reconcile`.
     delivery: &'static str,
+}
+
+/// The configuration whose settings, grants and limits the plugin ran with, as under `run`.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct Configuration {
+    /// The file given with `--config`; `None`: none, so only the defaults (no grants).
+    pub(crate) file: Option<String>,
+    /// `[plugins.NAME]`, when the file has a section for the plugin; else `[defaults]` only.
+    pub(crate) section: Option<String>,
+}
+
+impl std::fmt::Display for Configuration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.file, &self.section) {
+            (None, _) => write!(
+                f,
+                "none given (--config): the defaults, which grant nothing"
+            ),
+            (Some(file), Some(section)) => write!(f, "{file} {section}"),
+            (Some(file), None) => write!(
+                f,
+                "{file}, which has no section for this plugin: its [defaults]"
+            ),
+        }
+    }
 }
 
 /// What the plugin did after one event (or at the start, with no event).
@@ -96,7 +122,12 @@ struct Series {
 }
 
 impl Report {
-    pub(crate) fn new(plugin: &Plugin, file: &Path, steps: Vec<Step>) -> Self {
+    pub(crate) fn new(
+        plugin: &Plugin,
+        file: &Path,
+        configuration: Configuration,
+        steps: Vec<Step>,
+    ) -> Self {
         let description = plugin.description();
         let status = plugin.status();
         let failed =
@@ -129,6 +160,7 @@ impl Report {
                     Delivery::Reconcile { .. } => "reconcile",
                 },
             },
+            configuration,
             status: Status::new(&status, &steps),
             steps,
             metrics,
@@ -148,6 +180,7 @@ impl Report {
             "{} {} ({}, {})",
             plugin.name, plugin.version, plugin.delivery, plugin.file
         );
+        let _ = writeln!(out, "configuration: {}", self.configuration);
         for step in &self.steps {
             let _ = match &step.event {
                 None => writeln!(out, "start (load and initial list):"),
