@@ -115,6 +115,13 @@ pub(crate) struct RunArgs {
     #[arg(long, env = "KUBEPLUG_PLUGINS", value_name = "DIR")]
     pub(crate) plugins: PathBuf,
 
+    /// On a hot reload, hand the new version every cached object again (as initial-list
+    /// adds) even when its subscriptions did not change, so that an edited plugin shows its
+    /// effect at once: for development. By default such a version takes over the running
+    /// listeners and sees only later changes.
+    #[arg(long, env = "KUBEPLUG_REPLAY_ON_SWAP")]
+    pub(crate) replay_on_swap: bool,
+
     /// Which cluster.
     #[command(flatten)]
     pub(crate) cluster: ClusterArgs,

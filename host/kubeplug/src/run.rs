@@ -123,15 +123,18 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     })
     .context("cannot start the WebAssembly engine")?;
     let namespace = args.namespace.clone().or(config.host.namespace.clone());
-    let host = Arc::new(PluginHost::new(
-        runtime,
-        factory.clone(),
-        cluster.resolve,
-        cluster.writer,
-        queue_metrics,
-        config,
-        namespace,
-    ));
+    let host = Arc::new(
+        PluginHost::new(
+            runtime,
+            factory.clone(),
+            cluster.resolve,
+            cluster.writer,
+            queue_metrics,
+            config,
+            namespace,
+        )
+        .replaying_on_swap(args.replay_on_swap),
+    );
     registry.register_collector(Box::new(PluginCollector::new(host.clone())));
 
     let reports = host.clone();

@@ -241,6 +241,9 @@ pub(crate) struct PluginHost {
     reloads: ReloadCounts,
     /// Bumped whenever a file's state changes, for whoever follows readiness.
     changes: tokio::sync::watch::Sender<u64>,
+    /// A new version gets new registrations, and so the whole cache again, even when it
+    /// could inherit the running listeners (`--replay-on-swap`, for development).
+    replay_on_swap: bool,
 }
 
 impl std::fmt::Debug for PluginHost {
@@ -274,7 +277,14 @@ impl PluginHost {
             leading: AtomicBool::new(true),
             reloads: ReloadCounts::default(),
             changes: tokio::sync::watch::Sender::new(0),
+            replay_on_swap: false,
         }
+    }
+
+    /// Makes every swap replay the cache to the new version (see `replay_on_swap`).
+    pub(crate) fn replaying_on_swap(mut self, replay: bool) -> Self {
+        self.replay_on_swap = replay;
+        self
     }
 
     /// Wakes whoever follows the files' states.
@@ -568,9 +578,10 @@ impl PluginHost {
     }
 
     /// Swaps `prepared` in. With the same subscriptions it inherits the running listeners
-    /// (every notification delivered exactly once across the swap); otherwise it gets new
-    /// registrations, whose replay of the cache arrives as in-initial-list adds, and the old
-    /// ones are removed after the old version's call in flight. While this replica follows,
+    /// (every notification delivered exactly once across the swap); otherwise, or when the
+    /// host replays on swap, it gets new registrations, whose replay of the cache arrives as
+    /// in-initial-list adds, and the old ones are removed after the old version's call in
+    /// flight. While this replica follows,
     /// the version only waits, its informers warm.
     async fn install(&self, prepared: Prepared) -> Result<(), LoadFailure> {
         let _writing = self.writing.lock().await;
@@ -598,6 +609,7 @@ impl PluginHost {
             let entry = table.entry(path.clone()).or_default();
             if let Some(serving) = entry.serving.as_mut()
                 && serving.keys == keys
+                && !self.replay_on_swap
                 && let Some(delivering) = &serving.delivering
                 && let Ok(Some(old)) = delivering.control.replace(plugin.clone())
             {

@@ -248,17 +248,18 @@ impl Harness {
     /// A harness whose plugins directory holds `files` (name, content) before the host
     /// first looks at it, all settled: they load as one batch.
     async fn with_files(dir_config: DirConfig, config: &str, files: &[(&str, Vec<u8>)]) -> Self {
-        Self::build(dir_config, config, files, Refused::default(), None).await
+        Self::build(dir_config, config, files, Refused::default(), None, false).await
     }
 
-    /// The most general harness: its API server refuses `refused`, and the host watches
-    /// only `namespace` if given.
+    /// The most general harness: its API server refuses `refused`, the host watches only
+    /// `namespace` if given, and replays the cache on every swap if `replay_on_swap`.
     async fn build(
         dir_config: DirConfig,
         config: &str,
         files: &[(&str, Vec<u8>)],
         refused: Refused,
         namespace: Option<&str>,
+        replay_on_swap: bool,
     ) -> Self {
         let cluster_dir = tempfile::tempdir().unwrap();
         let plugins = tempfile::tempdir().unwrap();
@@ -285,15 +286,18 @@ impl Harness {
             Arc::new(move |gvk: &Gvk| resolving.resolve(&gvk.api_version(), &gvk.kind));
         let recorded = Arc::new(Recorded::default());
         let config = Config::parse(config).unwrap();
-        let host = Arc::new(PluginHost::new(
-            runtime.clone(),
-            factory.clone(),
-            resolve,
-            recorded.clone(),
-            WorkqueueMetrics::register(&mut prometheus_client::registry::Registry::default()),
-            config,
-            namespace.map(str::to_owned),
-        ));
+        let host = Arc::new(
+            PluginHost::new(
+                runtime.clone(),
+                factory.clone(),
+                resolve,
+                recorded.clone(),
+                WorkqueueMetrics::register(&mut prometheus_client::registry::Registry::default()),
+                config,
+                namespace.map(str::to_owned),
+            )
+            .replaying_on_swap(replay_on_swap),
+        );
         let dir = PluginDir::new(plugins.path(), dir_config).unwrap();
         let cancel = CancellationToken::new();
         let applying = host.clone();
@@ -761,6 +765,32 @@ async fn a_version_with_other_subscriptions_gets_new_registrations() {
         keys[0].resource.kind, "Pod",
         "the ConfigMap informer stopped"
     );
+    harness.stop().await;
+}
+
+/// Issue 21: with `--replay-on-swap`, a version with the same subscriptions is handed the
+/// whole cache again, so that an edit shows at once without an object changing. Without
+/// it (every other test here), the version inherits the listeners and sees only changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_on_swap_hands_the_new_version_the_whole_cache() {
+    let harness = Harness::build(settled(), CONFIG, &[], Refused::default(), None, true).await;
+    harness.write_config_map("cm-0", 0);
+    harness.write_config_map("cm-1", 0);
+    harness.publish("recorder.wasm", &guest_bytes("recorder"));
+    let by = |version: &str| -> BTreeSet<String> {
+        let records = harness.recorded.all();
+        let of_version = records.into_iter().filter(|r| r.version == version);
+        of_version.map(|r| r.key).collect()
+    };
+    eventually("the first version handles both", LONG, || {
+        by("0.1.0").len() == 2
+    })
+    .await;
+    harness.publish("recorder.wasm", &guest_bytes("recorder-v2"));
+    eventually("the second version is handed both again", LONG, || {
+        by("0.2.0").len() == 2
+    })
+    .await;
     harness.stop().await;
 }
 
@@ -1285,7 +1315,7 @@ async fn a_plugin_whose_informer_cannot_sync_fails_at_its_deadline_and_starts_on
         ("label-reader.wasm", guest_bytes("label-reader")),
     ];
     let refused = refusing(&["pods"]);
-    let harness = Harness::build(settled(), &config, &files, refused.clone(), None).await;
+    let harness = Harness::build(settled(), &config, &files, refused.clone(), None, false).await;
     let at_start: BTreeSet<PathBuf> = [
         harness.file("recorder.wasm"),
         harness.file("label-reader.wasm"),
@@ -1363,7 +1393,15 @@ async fn a_plugin_starts_once_the_caches_it_reads_have_synced_within_the_hosts_n
     let config = format!("{CONFIG}\n[plugins.hostile-secrets.grants]\nread = [\"v1/Secret\"]\n");
     let files = [("hostile-secrets.wasm", guest_bytes("hostile-secrets"))];
     let refused = refusing(&["secrets"]);
-    let harness = Harness::build(settled(), &config, &files, refused.clone(), Some("team-a")).await;
+    let harness = Harness::build(
+        settled(),
+        &config,
+        &files,
+        refused.clone(),
+        Some("team-a"),
+        false,
+    )
+    .await;
     let state = |file: &str| harness.report(file).map(|r| r.state);
     eventually("it loads and waits for the Secrets cache", LONG, || {
         state("hostile-secrets.wasm") == Some("syncing")
