@@ -478,19 +478,72 @@ mod tests {
     }
 
     #[test]
-    fn every_plugin_in_another_language_is_outside_the_cargo_workspace() {
-        // plugins/Cargo.toml's member globs take every directory under examples/ and tests/
-        // for a crate; cargo fails on one without a Cargo.toml unless it is excluded.
+    fn every_rust_plugin_is_a_member_of_the_guest_workspace() {
+        // plugins/Cargo.toml lists its members one by one (a glob would take the other
+        // languages' directories for crates); cargo builds no crate it does not list.
         let layout = Layout::from_manifest_dir();
         let manifest = std::fs::read_to_string(layout.plugins_dir().join("Cargo.toml")).unwrap();
-        for marker in [c::MARKER, javascript::MARKER, python::MARKER] {
-            for (name, dir) in marked_dirs(&layout, marker).unwrap() {
-                let relative = dir.strip_prefix(layout.plugins_dir()).unwrap();
-                let entry = format!("\"{}\"", relative.display());
-                assert!(
-                    manifest.contains(&entry),
-                    "add {entry} to `exclude` in plugins/Cargo.toml (plugin {name})"
-                );
+        for (name, crate_manifest) in Rust::manifests(&layout).unwrap() {
+            let dir = crate_manifest.parent().unwrap();
+            let relative = dir.strip_prefix(layout.plugins_dir()).unwrap();
+            let entry = format!("\"{}\"", relative.display());
+            assert!(
+                manifest.contains(&entry),
+                "add {entry} to `members` in plugins/Cargo.toml (plugin {name})"
+            );
+        }
+    }
+
+    /// Issue 21: adding a plugin in another language under `plugins/` broke every Rust
+    /// build until `plugins/Cargo.toml` excluded its directory.
+    #[test]
+    fn a_plugin_in_another_language_needs_no_edit_of_the_guest_workspace() {
+        let layout = Layout::from_manifest_dir();
+        let copy = tempfile::tempdir().unwrap();
+        let plugins = copy.path().join("plugins");
+        copy_sources(&layout.plugins_dir(), &plugins);
+        for (dir, marker) in [
+            ("examples/new-js", javascript::MARKER),
+            ("tests/new-c", c::MARKER),
+        ] {
+            std::fs::create_dir_all(plugins.join(dir)).unwrap();
+            std::fs::write(plugins.join(dir).join(marker), "").unwrap();
+        }
+        let output = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args([
+                "metadata",
+                "--no-deps",
+                "--offline",
+                "--format-version",
+                "1",
+            ])
+            .arg("--manifest-path")
+            .arg(plugins.join("Cargo.toml"))
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// Copies the sources under `from` (not build output or installed dependencies).
+    fn copy_sources(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap();
+            if matches!(
+                name.to_str(),
+                Some("target" | "node_modules" | "__pycache__")
+            ) {
+                continue;
+            }
+            if path.is_dir() {
+                copy_sources(&path, &to.join(name));
+            } else {
+                std::fs::copy(&path, to.join(name)).unwrap();
             }
         }
     }

@@ -17,7 +17,7 @@ pub struct Rust;
 
 impl Rust {
     /// Every `Cargo.toml` under `plugins/` (skipping the SDK) that declares a cdylib.
-    fn manifests(layout: &Layout) -> Result<Vec<(String, PathBuf)>> {
+    pub(crate) fn manifests(layout: &Layout) -> Result<Vec<(String, PathBuf)>> {
         let mut found = Vec::new();
         let mut stack = vec![layout.plugins_dir()];
         while let Some(dir) = stack.pop() {
