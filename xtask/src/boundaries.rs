@@ -65,6 +65,11 @@ pub const RULES: &[Rule] = &[
         why: "the Wasm runtime reaches clusters only through the binary's CacheView and ClusterWriter",
     },
     Rule {
+        package: "kubeplug-build",
+        forbidden: WASMTIME_OR_KUBE,
+        why: "building plugins runs the guest toolchains; checking what was built is the binary's",
+    },
+    Rule {
         package: "kubeplug-config",
         forbidden: &["wasmtime"],
         why: "parsing the configuration (and fuzzing it) must not build the Wasm runtime",

@@ -1,52 +1,41 @@
-//! Rust guests: the members of `plugins/Cargo.toml` that are `cdylib`s.
+//! Rust guests under `plugins/`: the crates of the guest workspace that declare a `cdylib`.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
-use crate::{Layout, Toolchain, copy_if_changed, run};
+use crate::{Layout, source_files};
 
-/// The Rust target guests are built for.
-pub const WASM_TARGET: &str = "wasm32-wasip2";
-
-/// Rust guests: the members of `plugins/Cargo.toml` that are `cdylib`s, built with cargo for
-/// `wasm32-wasip2` (wit-bindgen's macro; no cargo-component needed).
-#[derive(Debug, Default)]
-pub struct Rust;
-
-impl Rust {
-    /// Every `Cargo.toml` under `plugins/` (skipping the SDK) that declares a cdylib.
-    pub(crate) fn manifests(layout: &Layout) -> Result<Vec<(String, PathBuf)>> {
-        let mut found = Vec::new();
-        let mut stack = vec![layout.plugins_dir()];
-        while let Some(dir) = stack.pop() {
-            let entries = std::fs::read_dir(&dir)
-                .with_context(|| format!("reading plugin directory {}", dir.display()))?;
-            for entry in entries {
-                let path = entry?.path();
-                if path.is_dir()
-                    && path
-                        .file_name()
-                        .is_some_and(|n| n != "target" && n != "node_modules")
-                {
-                    stack.push(path);
-                } else if path.file_name().is_some_and(|n| n == "Cargo.toml")
-                    && dir != layout.plugins_dir()
-                {
-                    let text = std::fs::read_to_string(&path)
-                        .with_context(|| format!("reading {}", path.display()))?;
-                    if text.contains("cdylib") {
-                        let name = package_name(&text)
-                            .with_context(|| format!("no package name in {}", path.display()))?;
-                        found.push((name, path));
-                    }
-                }
+/// Every crate under `plugins/` (not the SDK, a library) that declares a cdylib, as
+/// (package name, manifest), sorted.
+pub(crate) fn manifests(layout: &Layout) -> Result<Vec<(String, PathBuf)>> {
+    let mut found = Vec::new();
+    for path in source_files(layout)? {
+        if path.file_name().is_some_and(|n| n == "Cargo.toml")
+            && path.parent() != Some(layout.plugins_dir().as_path())
+        {
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            if text.contains("cdylib") {
+                let name = package_name(&text)
+                    .with_context(|| format!("no package name in {}", path.display()))?;
+                found.push((name, path));
             }
         }
-        found.sort();
-        Ok(found)
     }
+    found.sort();
+    Ok(found)
+}
+
+/// The Rust plugins as (name, directory).
+pub(crate) fn plugins(layout: &Layout) -> Result<Vec<(String, PathBuf)>> {
+    Ok(manifests(layout)?
+        .into_iter()
+        .map(|(name, manifest)| {
+            let dir = manifest.parent().expect("a manifest is in a directory");
+            (name, dir.to_path_buf())
+        })
+        .collect())
 }
 
 /// The `name = "..."` of a manifest's `[package]` table (enough TOML for our own manifests).
@@ -56,101 +45,6 @@ fn package_name(manifest: &str) -> Option<String> {
         let value = line.trim().strip_prefix("name")?.trim().strip_prefix('=')?;
         Some(value.trim().trim_matches('"').to_owned())
     })
-}
-
-impl Toolchain for Rust {
-    fn language(&self) -> &'static str {
-        "Rust"
-    }
-
-    fn plugins(&self, layout: &Layout) -> Result<Vec<String>> {
-        Ok(Self::manifests(layout)?
-            .into_iter()
-            .map(|(n, _)| n)
-            .collect())
-    }
-
-    fn check_installed(&self, _layout: &Layout) -> Result<()> {
-        let output = Command::new("rustc")
-            .args(["--print", "sysroot"])
-            .output()
-            .context("running `rustc --print sysroot`: is Rust installed?")?;
-        let sysroot = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-        let lib = Path::new(&sysroot).join("lib/rustlib").join(WASM_TARGET);
-        if !lib.is_dir() {
-            bail!(
-                "the Rust target {WASM_TARGET} is not installed (no {}); install it with \
-                 `rustup target add {WASM_TARGET}` (or `cargo xtask install-toolchains`)",
-                lib.display()
-            );
-        }
-        Ok(())
-    }
-
-    fn install(&self, layout: &Layout) -> Result<()> {
-        if self.check_installed(layout).is_ok() {
-            return Ok(());
-        }
-        run(
-            Command::new("rustup")
-                .args(["target", "add", WASM_TARGET])
-                .current_dir(&layout.root),
-            &format!("rustup target add {WASM_TARGET}"),
-        )
-    }
-
-    fn build(&self, layout: &Layout, names: &[String]) -> Result<Vec<PathBuf>> {
-        self.check_installed(layout)?;
-        let all = Self::manifests(layout)?;
-        let selected: Vec<&String> = if names.is_empty() {
-            all.iter().map(|(n, _)| n).collect()
-        } else {
-            names.iter().collect()
-        };
-        if selected.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cargo
-            .args([
-                "build",
-                "--release",
-                "--target",
-                WASM_TARGET,
-                "--manifest-path",
-            ])
-            .arg(layout.plugins_dir().join("Cargo.toml"))
-            .arg("--target-dir")
-            .arg(layout.guest_target_dir())
-            // The host build that runs us may have set these for its own target; the guest
-            // build must not inherit them.
-            .env_remove("CARGO_TARGET_DIR")
-            .env_remove("RUSTFLAGS")
-            .env_remove("CARGO_ENCODED_RUSTFLAGS")
-            .env_remove("CARGO_BUILD_TARGET");
-        for name in &selected {
-            cargo.args(["--package", name]);
-        }
-        run(
-            &mut cargo,
-            &format!("building Rust plugins {selected:?} with cargo"),
-        )?;
-        let built = layout.guest_target_dir().join(WASM_TARGET).join("release");
-        selected
-            .into_iter()
-            .map(|name| {
-                let manifest = all
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, manifest)| manifest.as_path())
-                    .with_context(|| format!("no Rust plugin called {name}"))?;
-                let file = format!("{}.wasm", name.replace('-', "_"));
-                let to = layout.output_dir_for(manifest).join(format!("{name}.wasm"));
-                copy_if_changed(&built.join(&file), &to)?;
-                Ok(to)
-            })
-            .collect()
-    }
 }
 
 #[cfg(test)]
@@ -166,8 +60,12 @@ mod tests {
     }
 
     #[test]
-    fn the_rust_toolchain_finds_the_test_guests() {
-        let names = Rust.plugins(&Layout::from_manifest_dir()).unwrap();
+    fn the_rust_plugins_include_the_test_guests_and_not_the_sdk() {
+        let names: Vec<String> = plugins(&Layout::from_manifest_dir())
+            .unwrap()
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
         assert!(names.contains(&"noop".to_owned()), "{names:?}");
         assert!(
             !names.contains(&"kubeplug-sdk".to_owned()),

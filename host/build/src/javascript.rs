@@ -1,0 +1,126 @@
+//! JavaScript guests: `handler.js`, an ES module exporting `handler` (the WIT interface's
+//! functions in camelCase), built by `componentize-qjs` (QuickJS, snapshotted with Wizer) at
+//! the version `pins/package.json` and its lock file pin.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::process::{apt_install, create_dir, run, runs, up_to_date};
+use crate::{BuildError, BuildOptions, Language, Project, Toolchains};
+
+/// The module every JavaScript plugin has; its relative imports resolve beside it.
+pub(crate) const ENTRY: &str = "handler.js";
+
+/// The npm package that builds the components.
+const TOOL: &str = "componentize-qjs";
+
+const PACKAGE_JSON: &str = include_str!("../pins/package.json");
+const PACKAGE_LOCK: &str = include_str!("../pins/package-lock.json");
+
+/// `TOOLCHAINS/js`: where `npm ci` installs the pinned tool.
+fn install_dir(toolchains: &Toolchains) -> PathBuf {
+    toolchains.dir().join("js")
+}
+
+/// The version of the tool `package_json` depends on (`dependency` empty: its own version).
+fn version_in(package_json: &str, dependency: &str) -> Option<String> {
+    let json: serde_json::Value = serde_json::from_str(package_json).ok()?;
+    let version = if dependency.is_empty() {
+        &json["version"]
+    } else {
+        &json["dependencies"][dependency]
+    };
+    version.as_str().map(str::to_owned)
+}
+
+fn pinned() -> String {
+    version_in(PACKAGE_JSON, TOOL).expect("pins/package.json pins the tool")
+}
+
+pub(crate) fn check(toolchains: &Toolchains) -> Result<(), BuildError> {
+    let install = toolchains.install_command(Language::JavaScript);
+    if !runs("node") {
+        return Err(BuildError::NotInstalled {
+            what: "Node.js (18 or later)".to_owned(),
+            found: "no `node` on PATH".to_owned(),
+            install: format!("apt-get install -y nodejs npm` and then `{install}"),
+        });
+    }
+    let installed = install_dir(toolchains)
+        .join("node_modules")
+        .join(TOOL)
+        .join("package.json");
+    let version = std::fs::read_to_string(installed)
+        .ok()
+        .and_then(|text| version_in(&text, ""));
+    if version.as_deref() != Some(pinned().as_str()) {
+        return Err(BuildError::NotInstalled {
+            what: format!("{TOOL} {}", pinned()),
+            found: format!(
+                "{} in {}",
+                version.as_deref().unwrap_or("none"),
+                install_dir(toolchains).display()
+            ),
+            install,
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn install(toolchains: &Toolchains) -> Result<(), BuildError> {
+    if !runs("npm") {
+        apt_install(&["nodejs", "npm"])?;
+    }
+    // npm ci installs next to the package.json it reads.
+    let dir = install_dir(toolchains);
+    create_dir(&dir)?;
+    for (file, contents) in [
+        ("package.json", PACKAGE_JSON),
+        ("package-lock.json", PACKAGE_LOCK),
+    ] {
+        let path = dir.join(file);
+        std::fs::write(&path, contents).map_err(BuildError::io("writing", &path))?;
+    }
+    run(
+        Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(&dir),
+        &format!("npm ci in {}", dir.display()),
+    )
+}
+
+pub(crate) fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf, BuildError> {
+    check(&options.toolchains)?;
+    let Project { name, dir, .. } = project;
+    let install = install_dir(&options.toolchains);
+    let work = options.work.join("js");
+    create_dir(&work)?;
+    let out = work.join(format!("{name}.wasm"));
+    // The installed tool's manifest stands for its version: reinstalling it makes it newer.
+    let tool = install.join("node_modules").join(TOOL);
+    if up_to_date(&out, &[dir, &options.wit, &tool.join("package.json")])? {
+        return Ok(out);
+    }
+    let tool = tool.join("cli.mjs");
+    let mut componentize = Command::new("node");
+    componentize
+        .arg(&tool)
+        .arg("--wit")
+        .arg(&options.wit)
+        .args(["--world", "plugin"])
+        .arg("--js")
+        .arg(dir.join(ENTRY))
+        // Relative imports resolve inside the plugin's directory, nowhere else.
+        .arg("--module-root")
+        .arg(dir)
+        // The host calls plugins without the component-model async ABI.
+        .arg("--sync")
+        .arg("-o")
+        .arg(&out)
+        .current_dir(dir);
+    run(
+        &mut componentize,
+        &format!("building JavaScript plugin {name} ({})", dir.display()),
+    )?;
+    Ok(out)
+}

@@ -1,0 +1,185 @@
+//! Running the toolchains' commands, and the files around them.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::SystemTime;
+
+use crate::BuildError;
+
+/// Runs `command`, failing with `what` and its exit status when it does not succeed; its
+/// own output goes to our stdout and stderr.
+pub(crate) fn run(command: &mut Command, what: &str) -> Result<(), BuildError> {
+    let status = command.status().map_err(|source| BuildError::CannotStart {
+        what: what.to_owned(),
+        program: command.get_program().to_string_lossy().into_owned(),
+        source,
+    })?;
+    if !status.success() {
+        return Err(BuildError::ToolFailed {
+            what: what.to_owned(),
+            status,
+        });
+    }
+    Ok(())
+}
+
+/// Whether `program --version` runs and succeeds.
+pub(crate) fn runs(program: impl AsRef<OsStr>) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Whether this process runs as root.
+pub(crate) fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// `apt-get update` then `apt-get install -y PACKAGES`, through `sudo` when not root.
+pub(crate) fn apt_install(packages: &[&str]) -> Result<(), BuildError> {
+    let root = is_root();
+    let apt = |args: &[&str]| {
+        let mut command = if root {
+            Command::new("apt-get")
+        } else {
+            let mut sudo = Command::new("sudo");
+            sudo.arg("apt-get");
+            sudo
+        };
+        command.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        command
+    };
+    if !root && !runs("sudo") {
+        return Err(BuildError::NotInstalled {
+            what: packages.join(", "),
+            found: "installing Debian packages needs root, and there is no sudo".to_owned(),
+            install: format!(
+                "apt-get update && apt-get install -y {} (as root)",
+                packages.join(" ")
+            ),
+        });
+    }
+    run(&mut apt(&["update"]), "apt-get update")?;
+    let mut install = apt(&["install", "-y", "--no-install-recommends"]);
+    install.args(packages);
+    run(
+        &mut install,
+        &format!("apt-get install {}", packages.join(" ")),
+    )
+}
+
+/// Creates `dir` and its parents.
+pub(crate) fn create_dir(dir: &Path) -> Result<(), BuildError> {
+    std::fs::create_dir_all(dir).map_err(BuildError::io("creating", dir))
+}
+
+/// Copies `from` to `to` unless `to` already has the same bytes, through a temporary file
+/// renamed into place.
+pub(crate) fn copy_if_changed(from: &Path, to: &Path) -> Result<(), BuildError> {
+    let bytes = std::fs::read(from).map_err(BuildError::io("reading", from))?;
+    if std::fs::read(to).is_ok_and(|old| old == bytes) {
+        return Ok(());
+    }
+    if let Some(dir) = to.parent() {
+        create_dir(dir)?;
+    }
+    let tmp = to.with_extension("wasm.tmp");
+    std::fs::write(&tmp, &bytes).map_err(BuildError::io("writing", &tmp))?;
+    std::fs::rename(&tmp, to).map_err(BuildError::io("renaming into", to))
+}
+
+/// Names of directories that hold build output or installed dependencies, never sources.
+pub(crate) fn is_generated_dir(name: &str) -> bool {
+    matches!(name, "target" | "node_modules" | "__pycache__") || name.starts_with('.')
+}
+
+/// The newest modification time of `paths` and of every file below them (skipping
+/// [generated directories](is_generated_dir)).
+fn newest_input(paths: &[&Path]) -> Result<SystemTime, BuildError> {
+    let mut newest = SystemTime::UNIX_EPOCH;
+    let mut stack: Vec<PathBuf> = paths.iter().map(|p| p.to_path_buf()).collect();
+    while let Some(path) = stack.pop() {
+        let meta = std::fs::metadata(&path).map_err(BuildError::io("reading", &path))?;
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(&path).map_err(BuildError::io("reading", &path))? {
+                let child = entry.map_err(BuildError::io("reading", &path))?.path();
+                let generated = child
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(is_generated_dir);
+                if !generated {
+                    stack.push(child);
+                }
+            }
+        } else {
+            newest = newest.max(meta.modified().map_err(BuildError::io("reading", &path))?);
+        }
+    }
+    Ok(newest)
+}
+
+/// Whether `output` exists and is newer than every one of `inputs` (see [`newest_input`]).
+pub(crate) fn up_to_date(output: &Path, inputs: &[&Path]) -> Result<bool, BuildError> {
+    let Ok(built) = std::fs::metadata(output).and_then(|m| m.modified()) else {
+        return Ok(false);
+    };
+    Ok(built > newest_input(inputs)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_build_is_up_to_date_until_an_input_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let sources = dir.path().join("audit");
+        std::fs::create_dir_all(sources.join("node_modules")).unwrap();
+        for file in ["handler.js", "lib.js", "node_modules/dep.js"] {
+            std::fs::write(sources.join(file), "").unwrap();
+        }
+        let output = dir.path().join("audit.wasm");
+        assert!(!up_to_date(&output, &[&sources]).unwrap(), "never built");
+        let set_modified = |path: &Path, seconds: u64| {
+            let time = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(seconds);
+            std::fs::File::options()
+                .write(true)
+                .open(path)
+                .unwrap()
+                .set_modified(time)
+                .unwrap();
+        };
+        std::fs::write(&output, "").unwrap();
+        set_modified(&sources.join("handler.js"), 1_000);
+        set_modified(&sources.join("lib.js"), 1_000);
+        set_modified(&sources.join("node_modules/dep.js"), 5_000);
+        set_modified(&output, 2_000);
+        assert!(
+            up_to_date(&output, &[&sources]).unwrap(),
+            "installed dependencies are not sources"
+        );
+        set_modified(&sources.join("lib.js"), 3_000);
+        assert!(
+            !up_to_date(&output, &[&sources]).unwrap(),
+            "any file of the plugin counts, not only the entry"
+        );
+    }
+
+    #[test]
+    fn an_unchanged_component_is_not_rewritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let (from, to) = (dir.path().join("built.wasm"), dir.path().join("out/a.wasm"));
+        std::fs::write(&from, b"\0asm").unwrap();
+        copy_if_changed(&from, &to).unwrap();
+        let first = std::fs::metadata(&to).unwrap().modified().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        copy_if_changed(&from, &to).unwrap();
+        assert_eq!(std::fs::metadata(&to).unwrap().modified().unwrap(), first);
+        assert_eq!(std::fs::read(&to).unwrap(), b"\0asm");
+    }
+}

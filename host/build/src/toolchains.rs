@@ -1,0 +1,87 @@
+//! Where the guest toolchains live, and checking and installing them per language.
+
+use std::path::{Path, PathBuf};
+
+use crate::{BuildError, Language, c, javascript, python, rust};
+
+/// The directory holding the installed npm and PyPI tools (`js/`: `componentize-qjs`,
+/// `python/`: a virtual environment with `componentize-py`), at the versions this crate
+/// pins. Rust's target and the C compiler are the system's.
+#[derive(Debug, Clone)]
+pub struct Toolchains {
+    dir: PathBuf,
+    /// The command that installs everything here, for "not installed" errors; `None`:
+    /// `kubeplug toolchains install`.
+    install_command: Option<String>,
+}
+
+impl Toolchains {
+    /// The toolchains in `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            install_command: None,
+        }
+    }
+
+    /// Names `command` in errors about a missing tool, instead of `kubeplug toolchains
+    /// install` (`cargo xtask install-toolchains` inside the repository).
+    pub fn with_install_command(mut self, command: impl Into<String>) -> Self {
+        self.install_command = Some(command.into());
+        self
+    }
+
+    /// `$XDG_DATA_HOME/kubeplug/toolchains`, else `$HOME/.local/share/kubeplug/toolchains`.
+    pub fn default_dir() -> Option<PathBuf> {
+        let data = std::env::var_os("XDG_DATA_HOME")
+            .filter(|dir| !dir.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share"))
+            })?;
+        Some(data.join("kubeplug").join("toolchains"))
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The command that installs `language`'s toolchain here.
+    pub(crate) fn install_command(&self, language: Language) -> String {
+        match &self.install_command {
+            Some(command) => command.clone(),
+            None => format!(
+                "kubeplug toolchains install {} --dir {}",
+                language.id(),
+                self.dir.display()
+            ),
+        }
+    }
+
+    /// Fails with what is missing for `language` and the command that installs it.
+    pub fn check(&self, language: Language) -> Result<(), BuildError> {
+        match language {
+            Language::Rust => rust::check(),
+            Language::C => c::check(self),
+            Language::JavaScript => javascript::check(self),
+            Language::Python => python::check(self),
+        }
+    }
+
+    /// Installs what [`check`](Self::check) wants for `language`, unless it is satisfied:
+    /// `rustup target add`, `apt-get install` (as root or through sudo), `npm ci` or
+    /// `pip install` of the pinned versions. Checks again afterwards.
+    pub fn install(&self, language: Language) -> Result<(), BuildError> {
+        if self.check(language).is_ok() {
+            return Ok(());
+        }
+        match language {
+            Language::Rust => rust::install()?,
+            Language::C => c::install()?,
+            Language::JavaScript => javascript::install(self)?,
+            Language::Python => python::install(self)?,
+        }
+        self.check(language)
+    }
+}
