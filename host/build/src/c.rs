@@ -168,7 +168,7 @@ pub(crate) fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf
         .arg(&core);
     run(
         &mut clang,
-        &format!("compiling C plugin {name} ({})", dir.display()),
+        &format!("{CLANG} on the C sources of {}", dir.display()),
     )?;
     let module = std::fs::read(&core).map_err(BuildError::io("reading", &core))?;
     let component = componentize(&module).map_err(|cause| BuildError::Component {

@@ -120,7 +120,7 @@ pub(crate) fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf
         .current_dir(dir);
     run(
         &mut componentize,
-        &format!("building JavaScript plugin {name} ({})", dir.display()),
+        &format!("{TOOL} on {}", dir.join(ENTRY).display()),
     )?;
     Ok(out)
 }

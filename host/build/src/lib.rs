@@ -23,10 +23,12 @@ use std::process::ExitStatus;
 mod c;
 mod javascript;
 mod process;
+mod project;
 mod python;
 mod rust;
 mod toolchains;
 
+pub use project::ProjectError;
 pub use rust::{WASM_TARGET, build_crates};
 pub use toolchains::Toolchains;
 
@@ -120,7 +122,7 @@ pub struct BuildOptions {
 }
 
 /// Why a build or an install failed. Every message names the plugin or tool and the cause;
-/// a tool's own output goes to the caller's stdout and stderr, where the user sees why.
+/// a tool's own output goes to the caller's stderr, where the user sees why.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// Something a language needs is not installed.
@@ -192,6 +194,18 @@ impl BuildError {
 /// (the sources, the WIT, the tool's pin) is newer than the last build: their tools do not
 /// build reproducibly, and new bytes mean a new compile in every host that loads them.
 pub fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf, BuildError> {
+    // The tools run in the project's directory: every path they get must hold from there.
+    let absolute =
+        |path: &Path| std::path::absolute(path).map_err(BuildError::io("resolving", path));
+    let project = &Project {
+        dir: absolute(&project.dir)?,
+        ..project.clone()
+    };
+    let options = &BuildOptions {
+        wit: absolute(&options.wit)?,
+        toolchains: options.toolchains.clone(),
+        work: absolute(&options.work)?,
+    };
     match project.language {
         Language::Rust => {
             let manifest = project.dir.join("Cargo.toml");

@@ -7,10 +7,11 @@ use std::time::SystemTime;
 
 use crate::BuildError;
 
-/// Runs `command`, failing with `what` and its exit status when it does not succeed; its
-/// own output goes to our stdout and stderr.
+/// Runs `command`, failing with `what` and its exit status when it does not succeed. All its
+/// output goes to our stderr, where the user sees why it failed, and our stdout stays the
+/// caller's.
 pub(crate) fn run(command: &mut Command, what: &str) -> Result<(), BuildError> {
-    let status = command.status().map_err(|source| BuildError::CannotStart {
+    let status = command.stdout(std::io::stderr()).status().map_err(|source| BuildError::CannotStart {
         what: what.to_owned(),
         program: command.get_program().to_string_lossy().into_owned(),
         source,

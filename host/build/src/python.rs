@@ -105,7 +105,7 @@ pub(crate) fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf
         .arg(&out);
     run(
         &mut componentize,
-        &format!("building Python plugin {name} ({})", dir.display()),
+        &format!("{TOOL} on {}", dir.join(ENTRY).display()),
     )?;
     Ok(out)
 }

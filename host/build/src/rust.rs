@@ -54,10 +54,7 @@ pub fn build_crates(
     target_dir: &Path,
 ) -> Result<Vec<(String, PathBuf)>, BuildError> {
     check()?;
-    let what = format!(
-        "building Rust plugins {packages:?} ({})",
-        manifest.display()
-    );
+    let what = format!("cargo build of {packages:?} ({})", manifest.display());
     let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cargo
         .args(["build", "--release", "--target", WASM_TARGET])

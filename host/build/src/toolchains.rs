@@ -16,10 +16,11 @@ pub struct Toolchains {
 }
 
 impl Toolchains {
-    /// The toolchains in `dir`.
+    /// The toolchains in `dir` (made absolute: the tools run in the projects' directories).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
+        let dir = dir.into();
         Self {
-            dir: dir.into(),
+            dir: std::path::absolute(&dir).unwrap_or(dir),
             install_command: None,
         }
     }

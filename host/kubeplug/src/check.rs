@@ -98,7 +98,7 @@ pub(crate) fn offline_runtime() -> anyhow::Result<Runtime> {
 
 /// The load request for `path` with its configured settings (writes bounded to
 /// `namespace`), against empty caches and no cluster, and those settings.
-fn offline_spec(
+pub(crate) fn offline_spec(
     path: &Path,
     config: &Config,
     namespace: Option<&str>,

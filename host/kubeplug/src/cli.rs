@@ -41,6 +41,50 @@ pub(crate) enum Command {
     Test(TestArgs),
     /// Write the live events of chosen resources to a file that `kubeplug test` replays.
     Record(RecordArgs),
+    /// Build the plugin project in a directory into `DIR/<name>.wasm` with its language's
+    /// own toolchain, and check that the component describes itself under the project's
+    /// name.
+    Build(BuildArgs),
+    /// The guest languages' toolchains.
+    #[command(subcommand)]
+    Toolchains(ToolchainsCommand),
+}
+
+/// Flags of `kubeplug build`.
+#[derive(Debug, Args)]
+pub(crate) struct BuildArgs {
+    /// The project: a directory holding Cargo.toml (Rust), plugin.toml (C), package.json
+    /// (JavaScript) or pyproject.toml (Python).
+    #[arg(value_name = "DIR", default_value = ".")]
+    pub(crate) dir: PathBuf,
+
+    /// Where `kubeplug toolchains install` put the JavaScript and Python tools [default:
+    /// $XDG_DATA_HOME/kubeplug/toolchains].
+    #[arg(long, env = "KUBEPLUG_TOOLCHAINS", value_name = "DIR")]
+    pub(crate) toolchains: Option<PathBuf>,
+}
+
+/// `kubeplug toolchains ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ToolchainsCommand {
+    /// Install what building plugins in LANG needs (every language when none is given):
+    /// the Rust target with rustup, clang-19 and wasi-libc from Debian's packages (as root
+    /// or through sudo), componentize-qjs from npm and componentize-py from PyPI at pinned
+    /// versions. What is already there is left alone.
+    Install(ToolchainsInstallArgs),
+}
+
+/// Flags of `kubeplug toolchains install`.
+#[derive(Debug, Args)]
+pub(crate) struct ToolchainsInstallArgs {
+    /// `rust`, `c`, `javascript` (`js`) or `python` (`py`).
+    #[arg(value_name = "LANG")]
+    pub(crate) languages: Vec<String>,
+
+    /// Where to put the JavaScript and Python tools [default:
+    /// $XDG_DATA_HOME/kubeplug/toolchains].
+    #[arg(long, env = "KUBEPLUG_TOOLCHAINS", value_name = "DIR")]
+    pub(crate) dir: Option<PathBuf>,
 }
 
 /// Flags of `kubeplug check`.

@@ -1,6 +1,7 @@
 //! `kubeplug`: Kubernetes event handlers as sandboxed WebAssembly plugins, on client-go style
 //! shared informers. See `kubeplug --help`.
 
+mod authoring;
 mod check;
 mod cli;
 mod election;
@@ -27,11 +28,11 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    let testing = matches!(cli.command, cli::Command::Test(_));
-    let default_filter = if testing {
-        replay::DEFAULT_LOG_FILTER
-    } else {
-        DEFAULT_LOG_FILTER
+    let default_filter = match cli.command {
+        cli::Command::Test(_) => replay::DEFAULT_LOG_FILTER,
+        // Their output says what they did; the runtime's load lines would only repeat it.
+        cli::Command::Build(_) | cli::Command::Toolchains(_) => "warn",
+        _ => DEFAULT_LOG_FILTER,
     };
     let (filter, refused) = log_filter(default_filter);
     let stderr = tracing_subscriber::fmt::layer()
@@ -58,6 +59,10 @@ fn main() -> ExitCode {
         cli::Command::Rbac(args) => runtime.block_on(rbac::rbac(args)),
         cli::Command::Test(args) => runtime.block_on(replay::test(args)),
         cli::Command::Record(args) => runtime.block_on(record::record(args)),
+        cli::Command::Build(args) => runtime.block_on(authoring::build(args)),
+        cli::Command::Toolchains(cli::ToolchainsCommand::Install(args)) => {
+            runtime.block_on(authoring::install(args))
+        }
     };
     // A compile still running on a blocking thread (a host stopped while loading a large
     // plugin) is not waited for: it serves nothing any more.

@@ -16,7 +16,7 @@ pub const MAX_QUOTED: usize = 256;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{what} {value} {rule}")]
 pub struct NameError {
-    /// What the name was for: `namespace`, `name`, `group`, `version` or `kind`.
+    /// What the name was for: `namespace`, `name`, `group`, `version`, `kind` or `plugin name`.
     pub what: &'static str,
     /// The name, quoted and cut ([`quoted`]).
     pub value: String,
@@ -100,7 +100,7 @@ pub fn excerpt(text: &str) -> String {
 
 /// A DNS-1123 label: 1 to 63 lowercase letters, digits and `-`, starting and ending with a
 /// letter or digit.
-fn is_dns_label(text: &str) -> bool {
+pub fn is_dns_label(text: &str) -> bool {
     (1..=63).contains(&text.len())
         && text
             .bytes()
@@ -109,14 +109,24 @@ fn is_dns_label(text: &str) -> bool {
         && !text.ends_with('-')
 }
 
+/// A plugin's name (what its `describe()` returns, its file's stem, its configuration
+/// section): a DNS-1123 label.
+pub fn check_plugin_name(name: &str) -> Result<(), NameError> {
+    check_dns_label("plugin name", name)
+}
+
 /// A namespace: a DNS-1123 label.
 pub fn check_namespace(namespace: &str) -> Result<(), NameError> {
-    if is_dns_label(namespace) {
+    check_dns_label("namespace", namespace)
+}
+
+fn check_dns_label(what: &'static str, value: &str) -> Result<(), NameError> {
+    if is_dns_label(value) {
         return Ok(());
     }
     refuse(
-        "namespace",
-        namespace,
+        what,
+        value,
         "is not a DNS label (1-63 lowercase letters, digits and '-', not at either end)",
     )
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kubeplug_informer::selector::{FieldSelector, LabelSelector};
-use kubeplug_policy::names::{check_namespace, quoted};
+use kubeplug_policy::names::{check_namespace, is_dns_label, quoted};
 use kubeplug_policy::{NameError, WriteVerb};
 
 use crate::bindings::guest;
@@ -349,16 +349,6 @@ pub enum DescriptionError {
         /// The parser's complaint.
         reason: String,
     },
-}
-
-fn is_dns_label(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-')
 }
 
 /// ` (KEY)` for a bound the configuration sets.

@@ -12,6 +12,15 @@ pub const SERVED_VERSION: &str = "0.2.0";
 /// The package every plugin interface belongs to.
 const PACKAGE: &str = "kubeplug:plugin";
 
+/// The WIT files of the served version, as (file name, text): what plugins build against,
+/// carried so that `kubeplug build` and `kubeplug new` need no checkout.
+pub const WIT_FILES: [(&str, &str); 4] = [
+    ("types.wit", include_str!("../../../wit/types.wit")),
+    ("imports.wit", include_str!("../../../wit/imports.wit")),
+    ("world.wit", include_str!("../../../wit/world.wit")),
+    ("README.md", include_str!("../../../wit/README.md")),
+];
+
 /// What a component's import or export name says about whether this host serves it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum NameCheck {
@@ -118,13 +127,23 @@ mod tests {
 
     #[test]
     fn the_served_version_is_the_package_in_wit() {
-        for file in [
-            include_str!("../../../wit/world.wit"),
-            include_str!("../../../wit/types.wit"),
-            include_str!("../../../wit/imports.wit"),
-        ] {
+        let wit = WIT_FILES.iter().filter(|(name, _)| name.ends_with(".wit"));
+        for (_, file) in wit {
             let package = file.lines().next().unwrap();
             assert_eq!(package, format!("package {PACKAGE}@{SERVED_VERSION};"));
         }
+    }
+
+    #[test]
+    fn every_file_of_wit_is_carried() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit");
+        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        on_disk.sort();
+        let mut carried: Vec<String> = WIT_FILES.iter().map(|(n, _)| (*n).to_owned()).collect();
+        carried.sort();
+        assert_eq!(carried, on_disk);
     }
 }

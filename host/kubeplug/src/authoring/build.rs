@@ -1,0 +1,94 @@
+//! `kubeplug build [DIR]`: one plugin project into `DIR/<name>.wasm`, checked.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+use kubeplug_build::{BuildOptions, Language, Project};
+use kubeplug_runtime::interface::WIT_FILES;
+
+use crate::check::{offline_runtime, offline_spec};
+use crate::cli::BuildArgs;
+use crate::config::Config;
+
+/// Builds the project in `args.dir` with its language's toolchain, copies the component to
+/// `DIR/<name>.wasm`, and loads it as `run` would short of the grants (compile, link,
+/// `init`, `describe`, validation): a plugin that does not load, or describes itself under
+/// another name than its manifest's, fails the build.
+pub(crate) async fn build(args: BuildArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let project = Project::open(&args.dir)?;
+    let options = BuildOptions {
+        wit: wit_dir(&project)?,
+        toolchains: super::toolchains(args.toolchains)?,
+        work: project.dir.join("target").join("kubeplug"),
+    };
+    let component = {
+        let project = project.clone();
+        tokio::task::spawn_blocking(move || build_blocking(&project, &options))
+            .await
+            .context("the build thread failed")??
+    };
+    let output = project.dir.join(format!("{}.wasm", project.name));
+    kubeplug_build::publish(&component, &output)?;
+    let runtime = offline_runtime()?;
+    let (spec, _) = offline_spec(&output, &Config::default(), None)?;
+    let description = runtime
+        .inspect(spec)
+        .await
+        .with_context(|| format!("{} was built, but does not load", output.display()))?;
+    if description.name != project.name {
+        bail!(
+            "{}: describe() says the plugin is called {:?}, its manifest {:?}",
+            output.display(),
+            description.name,
+            project.name
+        );
+    }
+    let size = std::fs::metadata(&output).map_or(0, |m| m.len());
+    // What was built is this command's output.
+    #[allow(clippy::print_stdout)]
+    {
+        println!(
+            "built {} ({} {}, {} plugin, {} KiB) in {:.1} s",
+            output.display(),
+            description.name,
+            description.version,
+            project.language,
+            size / 1024,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+fn build_blocking(project: &Project, options: &BuildOptions) -> anyhow::Result<PathBuf> {
+    kubeplug_build::build(project, options)
+        .with_context(|| format!("building {} plugin {}", project.language, project.name))
+}
+
+/// The WIT the project builds against: its own `wit/`, as `kubeplug new` writes it; else
+/// the one this host serves, written under the project's `target/`. A Rust project's SDK
+/// carries its own.
+fn wit_dir(project: &Project) -> anyhow::Result<PathBuf> {
+    let own = project.dir.join("wit");
+    if own.is_dir() || project.language == Language::Rust {
+        return Ok(own);
+    }
+    let carried = project.dir.join("target").join("kubeplug").join("wit");
+    write_wit(&carried)?;
+    Ok(carried)
+}
+
+/// Writes the WIT this host serves into `dir`.
+pub(crate) fn write_wit(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (name, text) in WIT_FILES {
+        let path = dir.join(name);
+        if std::fs::read_to_string(&path).is_ok_and(|old| old == text) {
+            continue;
+        }
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
