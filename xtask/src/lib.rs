@@ -364,6 +364,55 @@ mod tests {
         );
     }
 
+    /// Issue 21: the Rust SDK read its WIT from `../../wit`, so it built only inside this
+    /// checkout. It carries a copy, which must be the contract itself, and packages alone.
+    #[test]
+    fn the_rust_sdk_carries_the_wit_and_packages_alone() {
+        let layout = Layout::from_manifest_dir();
+        let sdk = layout.plugins_dir().join("sdk-rust");
+        let files = |dir: &Path| -> Vec<(String, Vec<u8>)> {
+            let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .map(|p| {
+                    let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                    (name, std::fs::read(&p).unwrap())
+                })
+                .collect();
+            files.sort();
+            files
+        };
+        assert!(
+            files(&sdk.join("wit")) == files(&layout.wit_dir()),
+            "plugins/sdk-rust/wit differs from wit/: copy wit/ into it"
+        );
+        let output = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["package", "--list", "--allow-dirty", "--offline"])
+            .arg("--manifest-path")
+            .arg(sdk.join("Cargo.toml"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stderr}");
+        let listed = String::from_utf8(output.stdout).unwrap();
+        for file in [
+            "src/lib.rs",
+            "wit/world.wit",
+            "wit/types.wit",
+            "wit/imports.wit",
+        ] {
+            assert!(
+                listed.lines().any(|l| l == file),
+                "{file} not in:\n{listed}"
+            );
+        }
+        let source = std::fs::read_to_string(sdk.join("src/lib.rs")).unwrap();
+        assert!(
+            source.contains("path: \"wit\"") && !source.contains("../"),
+            "the bindings read the crate's own wit/"
+        );
+    }
+
     /// Copies the sources under `from` (not build output or installed dependencies).
     fn copy_sources(from: &Path, to: &Path) {
         std::fs::create_dir_all(to).unwrap();

@@ -11,11 +11,14 @@ use crate::BuildError;
 /// output goes to our stderr, where the user sees why it failed, and our stdout stays the
 /// caller's.
 pub(crate) fn run(command: &mut Command, what: &str) -> Result<(), BuildError> {
-    let status = command.stdout(std::io::stderr()).status().map_err(|source| BuildError::CannotStart {
-        what: what.to_owned(),
-        program: command.get_program().to_string_lossy().into_owned(),
-        source,
-    })?;
+    let status = command
+        .stdout(std::io::stderr())
+        .status()
+        .map_err(|source| BuildError::CannotStart {
+            what: what.to_owned(),
+            program: command.get_program().to_string_lossy().into_owned(),
+            source,
+        })?;
     if !status.success() {
         return Err(BuildError::ToolFailed {
             what: what.to_owned(),

@@ -37,7 +37,7 @@ pub mod bindings {
     #![allow(missing_docs)] // generated code, documented in the WIT files
     wit_bindgen::generate!({
         world: "plugin",
-        path: "../../wit",
+        path: "wit",
         pub_export_macro: true,
         default_bindings_module: "::kubeplug_sdk::bindings",
         export_macro_name: "__export_world",
