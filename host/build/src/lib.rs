@@ -30,7 +30,7 @@ mod toolchains;
 
 pub use project::ProjectError;
 pub use rust::{WASM_TARGET, build_crates};
-pub use toolchains::Toolchains;
+pub use toolchains::{Toolchains, data_dir};
 
 /// A guest language.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

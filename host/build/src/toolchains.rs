@@ -4,6 +4,18 @@ use std::path::{Path, PathBuf};
 
 use crate::{BuildError, Language, c, javascript, python, rust};
 
+/// kubeplug's data directory: `$XDG_DATA_HOME/kubeplug`, else
+/// `$HOME/.local/share/kubeplug`. It holds the toolchains and the SDKs.
+pub fn data_dir() -> Option<PathBuf> {
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share"))
+        })?;
+    Some(data.join("kubeplug"))
+}
+
 /// The directory holding the installed npm and PyPI tools (`js/`: `componentize-qjs`,
 /// `python/`: a virtual environment with `componentize-py`), at the versions this crate
 /// pins. Rust's target and the C compiler are the system's.
@@ -32,15 +44,9 @@ impl Toolchains {
         self
     }
 
-    /// `$XDG_DATA_HOME/kubeplug/toolchains`, else `$HOME/.local/share/kubeplug/toolchains`.
+    /// `DATA/toolchains` of [`data_dir`].
     pub fn default_dir() -> Option<PathBuf> {
-        let data = std::env::var_os("XDG_DATA_HOME")
-            .filter(|dir| !dir.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share"))
-            })?;
-        Some(data.join("kubeplug").join("toolchains"))
+        Some(data_dir()?.join("toolchains"))
     }
 
     /// The directory.

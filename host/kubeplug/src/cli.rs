@@ -41,6 +41,10 @@ pub(crate) enum Command {
     Test(TestArgs),
     /// Write the live events of chosen resources to a file that `kubeplug test` replays.
     Record(RecordArgs),
+    /// Write a new plugin project: a handler, the build manifest of its language, the WIT
+    /// it builds against, a README with the commands to build, check and test it, sample
+    /// events for `kubeplug test`, and the configuration section granting what it reads.
+    New(NewArgs),
     /// Build the plugin project in a directory into `DIR/<name>.wasm` with its language's
     /// own toolchain, and check that the component describes itself under the project's
     /// name.
@@ -48,6 +52,44 @@ pub(crate) enum Command {
     /// The guest languages' toolchains.
     #[command(subcommand)]
     Toolchains(ToolchainsCommand),
+}
+
+/// Flags of `kubeplug new`.
+#[derive(Debug, Args)]
+pub(crate) struct NewArgs {
+    /// The plugin's name: a DNS label (lowercase letters, digits and `-`).
+    #[arg(value_name = "NAME")]
+    pub(crate) name: String,
+
+    /// The language of the handler.
+    #[arg(long, value_enum)]
+    pub(crate) lang: NewLanguage,
+
+    /// `events`: every change, in order; `reconcile`: keys through a work queue.
+    #[arg(long, value_enum, default_value_t = NewMode::Events)]
+    pub(crate) mode: NewMode,
+
+    /// Where to write the project [default: ./NAME].
+    #[arg(long, value_name = "DIR")]
+    pub(crate) dir: Option<PathBuf>,
+
+    /// Write into a directory that is not empty (files of the same name are replaced).
+    #[arg(long)]
+    pub(crate) force: bool,
+}
+
+/// The languages `kubeplug new` has templates for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum NewLanguage {
+    Rust,
+    Javascript,
+}
+
+/// A plugin's delivery mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum NewMode {
+    Events,
+    Reconcile,
 }
 
 /// Flags of `kubeplug build`.

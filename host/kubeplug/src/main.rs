@@ -31,7 +31,7 @@ fn main() -> ExitCode {
     let default_filter = match cli.command {
         cli::Command::Test(_) => replay::DEFAULT_LOG_FILTER,
         // Their output says what they did; the runtime's load lines would only repeat it.
-        cli::Command::Build(_) | cli::Command::Toolchains(_) => "warn",
+        cli::Command::New(_) | cli::Command::Build(_) | cli::Command::Toolchains(_) => "warn",
         _ => DEFAULT_LOG_FILTER,
     };
     let (filter, refused) = log_filter(default_filter);
@@ -59,6 +59,7 @@ fn main() -> ExitCode {
         cli::Command::Rbac(args) => runtime.block_on(rbac::rbac(args)),
         cli::Command::Test(args) => runtime.block_on(replay::test(args)),
         cli::Command::Record(args) => runtime.block_on(record::record(args)),
+        cli::Command::New(args) => runtime.block_on(authoring::new(args)),
         cli::Command::Build(args) => runtime.block_on(authoring::build(args)),
         cli::Command::Toolchains(cli::ToolchainsCommand::Install(args)) => {
             runtime.block_on(authoring::install(args))

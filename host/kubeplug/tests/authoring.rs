@@ -3,8 +3,14 @@
 //! manifest of their language, and `kubeplug` runs with a scratch `HOME` whose data
 //! directory holds the toolchains `cargo xtask install-toolchains` installed.
 
+// Shared by the binary's test targets; this one needs only the running host and polling.
+#[allow(dead_code)]
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use support::{Host, wait_until};
 
 fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -49,10 +55,16 @@ impl Scratch {
         self.dir.path().join("data")
     }
 
-    /// `kubeplug` with this `HOME` and data and cache directories.
+    /// `kubeplug` with this `HOME` and data and cache directories (and the real rustup and
+    /// cargo homes, which a scratch `HOME` would hide from cargo).
     fn kubeplug(&self) -> Command {
+        let home = PathBuf::from(std::env::var_os("HOME").expect("HOME is set"));
+        let rustup = std::env::var_os("RUSTUP_HOME").map_or(home.join(".rustup"), PathBuf::from);
+        let cargo = std::env::var_os("CARGO_HOME").map_or(home.join(".cargo"), PathBuf::from);
         let mut command = Command::new(env!("CARGO_BIN_EXE_kubeplug"));
         command
+            .env("RUSTUP_HOME", rustup)
+            .env("CARGO_HOME", cargo)
             .env("HOME", self.dir.path().join("home"))
             .env("XDG_DATA_HOME", self.data())
             .env("XDG_CACHE_HOME", self.dir.path().join("cache"))
@@ -225,4 +237,213 @@ fn toolchains_install_leaves_what_is_installed_alone() {
         "{}",
         text(&output.stderr)
     );
+}
+
+/// `kubeplug new` in the scratch directory's `projects/`.
+fn new(scratch: &Scratch, args: &[&str]) -> Output {
+    let projects = scratch.dir.path().join("projects");
+    std::fs::create_dir_all(&projects).unwrap();
+    scratch
+        .kubeplug()
+        .arg("new")
+        .args(args)
+        .current_dir(projects)
+        .output()
+        .unwrap()
+}
+
+/// The files under `dir` that name `needle`, build output aside (symlinks not followed).
+fn naming(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.symlink_metadata().unwrap().is_dir() {
+            if path.file_name().is_some_and(|n| n != "target") {
+                found.extend(naming(&path, needle));
+            }
+        } else if std::fs::read(&path)
+            .is_ok_and(|bytes| String::from_utf8_lossy(&bytes).contains(needle))
+        {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// Issue 21: each language and mode `kubeplug new` has a template for, from a scratch
+/// directory outside the checkout: new, build, check with its own configuration section,
+/// and test on its sample events. Nothing written names the checkout.
+#[test]
+fn new_projects_build_check_and_replay_their_sample_events() {
+    let scratch = Scratch::with_toolchains();
+    for (name, lang, mode, replayed) in [
+        (
+            "hello-rs",
+            "rust",
+            "events",
+            "events_total{change=\"deleted\"} 1 (counter)",
+        ),
+        (
+            "sync-rs",
+            "rust",
+            "reconcile",
+            "reconcile v1/ConfigMap default/web-config: requeue-after 60000ms",
+        ),
+        (
+            "hello-js",
+            "javascript",
+            "events",
+            "events_total{change=\"updated\"} 1 (counter)",
+        ),
+    ] {
+        let output = new(&scratch, &[name, "--lang", lang, "--mode", mode]);
+        assert!(output.status.success(), "{name}: {}", text(&output.stderr));
+        let dir = scratch.dir.path().join("projects").join(name);
+        assert!(text(&output.stdout).starts_with(&format!("created {name} ({name}: ")));
+
+        let output = scratch.build(&dir);
+        assert!(output.status.success(), "{name}: {}", text(&output.stderr));
+        let wasm = format!("{name}.wasm");
+        let output = scratch
+            .kubeplug()
+            .args(["check", &wasm, "--config", "kubeplug.toml"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let stdout = text(&output.stdout);
+        assert!(output.status.success(), "{name}: {}", text(&output.stderr));
+        assert!(stdout.contains("read v1/ConfigMap: granted"), "{stdout}");
+        let output = scratch
+            .kubeplug()
+            .args([
+                "test",
+                &wasm,
+                "--events",
+                "events.yaml",
+                "--config",
+                "kubeplug.toml",
+            ])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let stdout = text(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{name}: {stdout}{}",
+            text(&output.stderr)
+        );
+        assert!(stdout.contains(replayed), "{name}: {stdout}");
+    }
+    let checkout = repository().canonicalize().unwrap();
+    let checkout = checkout.to_str().unwrap();
+    // What `new` wrote: the projects and the SDK (the toolchains are the repository's here).
+    for written in ["projects", "data/kubeplug/sdk"] {
+        assert_eq!(
+            naming(&scratch.dir.path().join(written), checkout),
+            Vec::<PathBuf>::new(),
+            "files naming the checkout"
+        );
+    }
+}
+
+#[test]
+fn new_refuses_a_bad_name_or_a_directory_in_use_before_writing_anything() {
+    let scratch = Scratch::empty();
+    let output = new(&scratch, &["Bad_Name", "--lang", "rust"]);
+    assert!(
+        text(&output.stderr).contains("plugin name: \"Bad_Name\" is not a DNS label"),
+        "{}",
+        text(&output.stderr)
+    );
+    assert!(!scratch.dir.path().join("projects/Bad_Name").exists());
+
+    let used = scratch.dir.path().join("projects/used");
+    std::fs::create_dir_all(&used).unwrap();
+    std::fs::write(used.join("notes.txt"), "mine").unwrap();
+    let output = new(&scratch, &["used", "--lang", "javascript"]);
+    assert!(
+        text(&output.stderr).contains("used exists and is not empty"),
+        "{}",
+        text(&output.stderr)
+    );
+    assert_eq!(std::fs::read_dir(&used).unwrap().count(), 1);
+    let output = new(&scratch, &["used", "--lang", "javascript", "--force"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(
+        std::fs::read_to_string(used.join("notes.txt")).unwrap(),
+        "mine"
+    );
+}
+
+/// Issue 21: the loop of a plugin author with a host running on a laptop: a new project
+/// built and dropped into `kubeplug run --local`, its effect seen, an edit rebuilt and
+/// dropped in again, and the new version seen at once (`--replay-on-swap`) and on a change.
+#[test]
+fn a_new_plugin_runs_and_reloads_in_a_local_host() {
+    let scratch = Scratch::with_toolchains();
+    let output = new(&scratch, &["hello-js", "--lang", "javascript"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let dir = scratch.dir.path().join("projects/hello-js");
+    let build_into = |plugins: &Path| {
+        let output = scratch.build(&dir);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        // Copied as an author would copy it: the host waits until the file is complete.
+        std::fs::copy(dir.join("hello-js.wasm"), plugins.join("hello-js.wasm")).unwrap();
+    };
+    let plugins = scratch.dir.path().join("plugins");
+    let cluster = scratch.dir.path().join("cluster");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::create_dir_all(&cluster).unwrap();
+    let config_map = |greeting: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: web-config, namespace: default}}\ndata: {{greeting: {greeting}}}\n"
+        )
+    };
+    std::fs::write(cluster.join("cm.yaml"), config_map("hello")).unwrap();
+    build_into(&plugins);
+
+    let host = Host::start([
+        "--local".as_ref(),
+        cluster.as_os_str(),
+        "--plugins".as_ref(),
+        plugins.as_os_str(),
+        "--config".as_ref(),
+        dir.join("kubeplug.toml").as_os_str(),
+        "--replay-on-swap".as_ref(),
+    ]);
+    let logged = |message: &str, change: &str| {
+        host.stderr_lines().iter().any(|line| {
+            line.contains(&format!(" {message} "))
+                && line.contains("hello-js")
+                && line.contains(&format!("change=\"{change}\""))
+                && line.contains("default/web-config")
+        })
+    };
+    wait_until("the plugin logs the ConfigMap", || {
+        logged("event", "added").then_some(())
+    });
+
+    let handler = dir.join("handler.js");
+    let source = std::fs::read_to_string(&handler).unwrap();
+    let edited = source
+        .replace(r#"log("info", "event", ["#, r#"log("info", "seen", ["#)
+        .replace(r#"version: "0.1.0""#, r#"version: "0.2.0""#);
+    assert_ne!(source, edited, "the template logs \"event\"");
+    std::fs::write(&handler, edited).unwrap();
+    build_into(&plugins);
+    wait_until("the new version is handed the ConfigMap again", || {
+        logged("seen", "added").then_some(())
+    });
+    std::fs::write(cluster.join("cm.yaml"), config_map("bonjour")).unwrap();
+    wait_until("the new version sees the change", || {
+        logged("seen", "updated").then_some(())
+    });
+    let status: serde_json::Value = serde_json::from_str(&host.get("/plugins").1).unwrap();
+    let versions: Vec<&serde_json::Value> = status
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| &p["version"])
+        .collect();
+    assert!(versions.contains(&&serde_json::json!("0.2.0")), "{status}");
 }

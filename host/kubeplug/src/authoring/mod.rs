@@ -1,11 +1,14 @@
-//! Commands for plugin authors, in their own repositories: `kubeplug build` and
-//! `kubeplug toolchains install`, on top of `kubeplug-build`, the build path
+//! Commands for plugin authors, in their own repositories: `kubeplug new`, `kubeplug build`
+//! and `kubeplug toolchains install`, on top of `kubeplug-build`, the build path
 //! `cargo xtask build-plugins` takes too.
 
 mod build;
+mod new;
+mod sdk;
 mod toolchains;
 
 pub(crate) use build::build;
+pub(crate) use new::new;
 pub(crate) use toolchains::install;
 
 use std::path::PathBuf;
