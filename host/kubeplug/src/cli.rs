@@ -83,6 +83,7 @@ pub(crate) struct NewArgs {
 pub(crate) enum NewLanguage {
     Rust,
     Javascript,
+    Python,
 }
 
 /// A plugin's delivery mode.

@@ -295,6 +295,24 @@ fn new_projects_build_check_and_replay_their_sample_events() {
             "events",
             "events_total{change=\"updated\"} 1 (counter)",
         ),
+        (
+            "sync-js",
+            "javascript",
+            "reconcile",
+            "reconcile v1/ConfigMap default/web-config: done",
+        ),
+        (
+            "hello-py",
+            "python",
+            "events",
+            "events_total{change=\"added\"} 1 (counter)",
+        ),
+        (
+            "sync-py",
+            "python",
+            "reconcile",
+            "log info: reconciling key=\"default/web-config\" resourceVersion=",
+        ),
     ] {
         let output = new(&scratch, &[name, "--lang", lang, "--mode", mode]);
         assert!(output.status.success(), "{name}: {}", text(&output.stderr));

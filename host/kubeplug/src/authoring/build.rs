@@ -6,8 +6,10 @@ use std::time::Instant;
 use anyhow::{Context as _, bail};
 use kubeplug_build::{BuildOptions, Language, Project};
 use kubeplug_runtime::interface::WIT_FILES;
+use kubeplug_runtime::{Runtime, RuntimeConfig};
 
-use crate::check::{offline_runtime, offline_spec};
+use crate::check::offline_spec;
+use crate::run::artifact_cache_dir;
 use crate::cli::BuildArgs;
 use crate::config::Config;
 
@@ -31,7 +33,12 @@ pub(crate) async fn build(args: BuildArgs) -> anyhow::Result<()> {
     };
     let output = project.dir.join(format!("{}.wasm", project.name));
     kubeplug_build::publish(&component, &output)?;
-    let runtime = offline_runtime()?;
+    // Through the artefact cache `run` and `test` read: the check's compile is theirs too.
+    let runtime = Runtime::new(RuntimeConfig {
+        artifact_cache: artifact_cache_dir(),
+        ..RuntimeConfig::default()
+    })
+    .context("cannot start the WebAssembly engine")?;
     let (spec, _) = offline_spec(&output, &Config::default(), None)?;
     let description = runtime
         .inspect(spec)

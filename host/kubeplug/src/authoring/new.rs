@@ -27,6 +27,14 @@ const RUST: [Template; 2] = [
     (".gitignore", include_str!("templates/rust/gitignore")),
 ];
 
+const PYTHON: [Template; 2] = [
+    (
+        "pyproject.toml",
+        include_str!("templates/python/pyproject.toml"),
+    ),
+    (".gitignore", include_str!("templates/python/gitignore")),
+];
+
 const JAVASCRIPT: [Template; 2] = [
     (
         "package.json",
@@ -47,10 +55,16 @@ fn handler(language: NewLanguage, mode: NewMode) -> anyhow::Result<Template> {
         (NewLanguage::Javascript, NewMode::Events) => {
             ("handler.js", include_str!("templates/javascript/events.js"))
         }
-        (NewLanguage::Javascript, NewMode::Reconcile) => bail!(
-            "the JavaScript template is in events mode only so far; start from `--mode events` \
-             and export `reconcile` (wit/world.wit says how)"
+        (NewLanguage::Javascript, NewMode::Reconcile) => (
+            "handler.js",
+            include_str!("templates/javascript/reconcile.js"),
         ),
+        (NewLanguage::Python, NewMode::Events) => {
+            ("handler.py", include_str!("templates/python/events.py"))
+        }
+        (NewLanguage::Python, NewMode::Reconcile) => {
+            ("handler.py", include_str!("templates/python/reconcile.py"))
+        }
     })
 }
 
@@ -71,6 +85,7 @@ pub(crate) async fn new(args: NewArgs) -> anyhow::Result<()> {
     let (language, files): (&str, &[Template]) = match args.lang {
         NewLanguage::Rust => ("Rust", &RUST),
         NewLanguage::Javascript => ("JavaScript", &JAVASCRIPT),
+        NewLanguage::Python => ("Python", &PYTHON),
     };
     let mode = match args.mode {
         NewMode::Events => "events",
@@ -82,7 +97,7 @@ pub(crate) async fn new(args: NewArgs) -> anyhow::Result<()> {
                 .ok_or_else(|| anyhow!("no data directory: set XDG_DATA_HOME or HOME"))?;
             Some(super::sdk::write_rust(&data)?)
         }
-        NewLanguage::Javascript => None,
+        NewLanguage::Javascript | NewLanguage::Python => None,
     };
     let minor = SERVED_VERSION
         .rsplit_once('.')
