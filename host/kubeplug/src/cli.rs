@@ -84,6 +84,7 @@ pub(crate) enum NewLanguage {
     Rust,
     Javascript,
     Python,
+    C,
 }
 
 /// A plugin's delivery mode.

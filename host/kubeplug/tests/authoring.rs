@@ -302,6 +302,18 @@ fn new_projects_build_check_and_replay_their_sample_events() {
             "reconcile v1/ConfigMap default/web-config: done",
         ),
         (
+            "hello-c",
+            "c",
+            "events",
+            "events_total{change=\"deleted\"} 1 (counter)",
+        ),
+        (
+            "sync-c",
+            "c",
+            "reconcile",
+            "log info: gone: nothing to do key=\"default/web-config\"",
+        ),
+        (
             "hello-py",
             "python",
             "events",

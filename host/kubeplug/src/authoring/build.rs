@@ -9,9 +9,9 @@ use kubeplug_runtime::interface::WIT_FILES;
 use kubeplug_runtime::{Runtime, RuntimeConfig};
 
 use crate::check::offline_spec;
-use crate::run::artifact_cache_dir;
 use crate::cli::BuildArgs;
 use crate::config::Config;
+use crate::run::artifact_cache_dir;
 
 /// Builds the project in `args.dir` with its language's toolchain, copies the component to
 /// `DIR/<name>.wasm`, and loads it as `run` would short of the grants (compile, link,

@@ -27,6 +27,11 @@ const RUST: [Template; 2] = [
     (".gitignore", include_str!("templates/rust/gitignore")),
 ];
 
+const C: [Template; 2] = [
+    ("plugin.toml", include_str!("templates/c/plugin.toml")),
+    (".gitignore", include_str!("templates/c/gitignore")),
+];
+
 const PYTHON: [Template; 2] = [
     (
         "pyproject.toml",
@@ -59,6 +64,10 @@ fn handler(language: NewLanguage, mode: NewMode) -> anyhow::Result<Template> {
             "handler.js",
             include_str!("templates/javascript/reconcile.js"),
         ),
+        (NewLanguage::C, NewMode::Events) => ("handler.c", include_str!("templates/c/events.c")),
+        (NewLanguage::C, NewMode::Reconcile) => {
+            ("handler.c", include_str!("templates/c/reconcile.c"))
+        }
         (NewLanguage::Python, NewMode::Events) => {
             ("handler.py", include_str!("templates/python/events.py"))
         }
@@ -86,6 +95,7 @@ pub(crate) async fn new(args: NewArgs) -> anyhow::Result<()> {
         NewLanguage::Rust => ("Rust", &RUST),
         NewLanguage::Javascript => ("JavaScript", &JAVASCRIPT),
         NewLanguage::Python => ("Python", &PYTHON),
+        NewLanguage::C => ("C", &C),
     };
     let mode = match args.mode {
         NewMode::Events => "events",
@@ -97,7 +107,7 @@ pub(crate) async fn new(args: NewArgs) -> anyhow::Result<()> {
                 .ok_or_else(|| anyhow!("no data directory: set XDG_DATA_HOME or HOME"))?;
             Some(super::sdk::write_rust(&data)?)
         }
-        NewLanguage::Javascript | NewLanguage::Python => None,
+        NewLanguage::Javascript | NewLanguage::Python | NewLanguage::C => None,
     };
     let minor = SERVED_VERSION
         .rsplit_once('.')

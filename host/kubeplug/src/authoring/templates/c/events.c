@@ -1,0 +1,114 @@
+// __NAME__: logs every ConfigMap event it is handed and counts them by change, in the metric
+// `events_total`.
+//
+// Edit `describe` to watch other types (and grant their reads in kubeplug.toml), and
+// `on_event` to act on them. `kubeplug build` builds it; `kubeplug test` replays events.yaml
+// into it.
+//
+// Bindings: `plugin.h`, which `kubeplug build` generates from wit/ with wit-bindgen. Memory,
+// as they define it: arguments of exported functions belong to us and are freed here; what
+// we return is malloc'd and freed by the bindings once the host has copied it; arguments we
+// pass to imports stay ours.
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plugin.h"
+
+bool exports_kubeplug_plugin_handler_init(plugin_string_t *settings, plugin_string_t *err) {
+  plugin_string_free(settings);
+  return true;
+}
+
+void exports_kubeplug_plugin_handler_describe(exports_kubeplug_plugin_handler_description_t *ret) {
+  memset(ret, 0, sizeof *ret);
+  plugin_string_dup(&ret->name, "__NAME__");
+  plugin_string_dup(&ret->version, "0.1.0");
+  ret->subscriptions.len = 1;
+  ret->subscriptions.ptr = calloc(1, sizeof *ret->subscriptions.ptr);
+  exports_kubeplug_plugin_handler_subscription_t *config_maps = &ret->subscriptions.ptr[0];
+  plugin_string_dup(&config_maps->resource_type.group, "");
+  plugin_string_dup(&config_maps->resource_type.version, "v1");
+  plugin_string_dup(&config_maps->resource_type.kind, "ConfigMap");
+  config_maps->meta_fields = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_META_FIELDS_UID |
+                             EXPORTS_KUBEPLUG_PLUGIN_HANDLER_META_FIELDS_LABELS |
+                             EXPORTS_KUBEPLUG_PLUGIN_HANDLER_META_FIELDS_OWNER_REFERENCES |
+                             EXPORTS_KUBEPLUG_PLUGIN_HANDLER_META_FIELDS_DELETION_TIMESTAMP;
+  config_maps->enqueue.tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_KEY_MAPPING_OWN_KEY;
+  ret->delivery.tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_DELIVERY_EVENTS;
+}
+
+static const char *change_name(kubeplug_plugin_types_event_type_t change) {
+  switch (change) {
+  case KUBEPLUG_PLUGIN_TYPES_EVENT_TYPE_ADDED: return "added";
+  case KUBEPLUG_PLUGIN_TYPES_EVENT_TYPE_UPDATED: return "updated";
+  default: return "deleted";
+  }
+}
+
+// Logs and counts one event; false (and `err` set) when counting failed.
+static bool on_event(const kubeplug_plugin_types_event_t *event, plugin_string_t *err) {
+  const kubeplug_plugin_types_object_meta_t *meta = &event->meta;
+  char key[512];
+  if (meta->namespace_.is_some) {
+    snprintf(key, sizeof key, "%.*s/%.*s", (int)meta->namespace_.val.len,
+             (const char *)meta->namespace_.val.ptr, (int)meta->name.len,
+             (const char *)meta->name.ptr);
+  } else {
+    snprintf(key, sizeof key, "%.*s", (int)meta->name.len, (const char *)meta->name.ptr);
+  }
+  const char *change = change_name(event->change);
+
+  plugin_string_t message;
+  plugin_string_set(&message, "event");
+  kubeplug_plugin_log_label_t fields[2];
+  plugin_string_set(&fields[0].key, "change");
+  plugin_string_set(&fields[0].value, change);
+  plugin_string_set(&fields[1].key, "key");
+  plugin_string_set(&fields[1].value, key);
+  kubeplug_plugin_log_list_label_t field_list = {fields, 2};
+  kubeplug_plugin_log_log(KUBEPLUG_PLUGIN_LOG_LEVEL_INFO, &message, &field_list);
+
+  plugin_string_t name;
+  plugin_string_set(&name, "events_total");
+  kubeplug_plugin_metrics_list_label_t labels = {fields, 1};
+  kubeplug_plugin_metrics_error_t error;
+  if (!kubeplug_plugin_metrics_counter_add(&name, &labels, 1, &error)) {
+    plugin_string_dup(err, "counting the event failed");
+    kubeplug_plugin_types_error_free(&error);
+    return false;
+  }
+  return true;
+}
+
+bool exports_kubeplug_plugin_handler_handle_events(exports_kubeplug_plugin_handler_list_event_t *batch,
+                                                   plugin_string_t *err) {
+  bool ok = true;
+  // Stops at the first failure: the host retries the whole batch.
+  for (size_t i = 0; ok && i < batch->len; i++) {
+    ok = on_event(&batch->ptr[i], err);
+  }
+  exports_kubeplug_plugin_handler_list_event_free(batch);
+  return ok;
+}
+
+// Events mode only: the host never calls these.
+void exports_kubeplug_plugin_handler_reconcile(exports_kubeplug_plugin_handler_gvk_t *resource_type,
+                                               plugin_string_t *maybe_namespace,
+                                               plugin_string_t *name,
+                                               exports_kubeplug_plugin_handler_reconcile_result_t *ret) {
+  exports_kubeplug_plugin_handler_gvk_free(resource_type);
+  if (maybe_namespace != NULL) {
+    plugin_string_free(maybe_namespace);
+  }
+  plugin_string_free(name);
+  ret->tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_RECONCILE_RESULT_DONE;
+}
+
+void exports_kubeplug_plugin_handler_map_event(exports_kubeplug_plugin_handler_event_t *event,
+                                               exports_kubeplug_plugin_handler_list_object_ref_t *ret) {
+  exports_kubeplug_plugin_handler_event_free(event);
+  ret->ptr = NULL;
+  ret->len = 0;
+}

@@ -1,0 +1,112 @@
+// __NAME__: a reconciler over ConfigMaps. Each key is reconciled with the object read from
+// the cache and comes back every minute, as a controller-runtime reconciler that returns
+// `RequeueAfter` does; a deleted object is done.
+//
+// Edit `describe` to watch other types (and grant their reads in kubeplug.toml), and
+// `reconcile` to bring each object to its desired state. `kubeplug build` builds it;
+// `kubeplug test` replays events.yaml into it.
+//
+// Bindings: `plugin.h`, which `kubeplug build` generates from wit/ with wit-bindgen. Memory,
+// as they define it: arguments of exported functions belong to us and are freed here; what
+// we return is malloc'd and freed by the bindings once the host has copied it; arguments we
+// pass to imports stay ours.
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plugin.h"
+
+// How long until a key is reconciled again, in milliseconds.
+#define RESYNC_MS 60000
+
+bool exports_kubeplug_plugin_handler_init(plugin_string_t *settings, plugin_string_t *err) {
+  plugin_string_free(settings);
+  return true;
+}
+
+void exports_kubeplug_plugin_handler_describe(exports_kubeplug_plugin_handler_description_t *ret) {
+  memset(ret, 0, sizeof *ret);
+  plugin_string_dup(&ret->name, "__NAME__");
+  plugin_string_dup(&ret->version, "0.1.0");
+  ret->subscriptions.len = 1;
+  ret->subscriptions.ptr = calloc(1, sizeof *ret->subscriptions.ptr);
+  exports_kubeplug_plugin_handler_subscription_t *config_maps = &ret->subscriptions.ptr[0];
+  plugin_string_dup(&config_maps->resource_type.group, "");
+  plugin_string_dup(&config_maps->resource_type.version, "v1");
+  plugin_string_dup(&config_maps->resource_type.kind, "ConfigMap");
+  config_maps->meta_fields = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_META_FIELDS_UID |
+                             EXPORTS_KUBEPLUG_PLUGIN_HANDLER_META_FIELDS_LABELS |
+                             EXPORTS_KUBEPLUG_PLUGIN_HANDLER_META_FIELDS_OWNER_REFERENCES |
+                             EXPORTS_KUBEPLUG_PLUGIN_HANDLER_META_FIELDS_DELETION_TIMESTAMP;
+  config_maps->enqueue.tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_KEY_MAPPING_OWN_KEY;
+  ret->delivery.tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_DELIVERY_RECONCILE;
+  ret->delivery.val.reconcile = 1;
+}
+
+static void log_info(const char *message, const char *key, const char *version) {
+  plugin_string_t text;
+  plugin_string_set(&text, message);
+  kubeplug_plugin_log_label_t fields[2];
+  plugin_string_set(&fields[0].key, "key");
+  plugin_string_set(&fields[0].value, key);
+  plugin_string_set(&fields[1].key, "resourceVersion");
+  plugin_string_set(&fields[1].value, version);
+  kubeplug_plugin_log_list_label_t list = {fields, version == NULL ? 1 : 2};
+  kubeplug_plugin_log_log(KUBEPLUG_PLUGIN_LOG_LEVEL_INFO, &text, &list);
+}
+
+void exports_kubeplug_plugin_handler_reconcile(exports_kubeplug_plugin_handler_gvk_t *resource_type,
+                                               plugin_string_t *maybe_namespace,
+                                               plugin_string_t *name,
+                                               exports_kubeplug_plugin_handler_reconcile_result_t *ret) {
+  char key[512];
+  if (maybe_namespace != NULL) {
+    snprintf(key, sizeof key, "%.*s/%.*s", (int)maybe_namespace->len,
+             (const char *)maybe_namespace->ptr, (int)name->len, (const char *)name->ptr);
+  } else {
+    snprintf(key, sizeof key, "%.*s", (int)name->len, (const char *)name->ptr);
+  }
+  plugin_string_t cache_key;
+  plugin_string_set(&cache_key, key);
+  kubeplug_plugin_cache_option_cached_object_t cached;
+  kubeplug_plugin_cache_error_t error;
+  if (!kubeplug_plugin_cache_get(resource_type, &cache_key, &cached, &error)) {
+    ret->tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_RECONCILE_RESULT_ERROR;
+    char message[600];
+    snprintf(message, sizeof message, "reading %s failed", key);
+    plugin_string_dup(&ret->val.error, message);
+    kubeplug_plugin_types_error_free(&error);
+  } else if (!cached.is_some) {
+    log_info("gone: nothing to do", key, NULL);
+    ret->tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_RECONCILE_RESULT_DONE;
+  } else {
+    const plugin_string_t *version = &cached.val.meta.resource_version;
+    char version_text[128];
+    snprintf(version_text, sizeof version_text, "%.*s", (int)version->len,
+             (const char *)version->ptr);
+    log_info("reconciling", key, version_text);
+    kubeplug_plugin_cache_option_cached_object_free(&cached);
+    ret->tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_RECONCILE_RESULT_REQUEUE_AFTER;
+    ret->val.requeue_after = RESYNC_MS;
+  }
+  exports_kubeplug_plugin_handler_gvk_free(resource_type);
+  if (maybe_namespace != NULL) {
+    plugin_string_free(maybe_namespace);
+  }
+  plugin_string_free(name);
+}
+
+// Reconcile mode only: the host never calls these.
+bool exports_kubeplug_plugin_handler_handle_events(exports_kubeplug_plugin_handler_list_event_t *batch,
+                                                   plugin_string_t *err) {
+  exports_kubeplug_plugin_handler_list_event_free(batch);
+  return true;
+}
+
+void exports_kubeplug_plugin_handler_map_event(exports_kubeplug_plugin_handler_event_t *event,
+                                               exports_kubeplug_plugin_handler_list_object_ref_t *ret) {
+  exports_kubeplug_plugin_handler_event_free(event);
+  ret->ptr = NULL;
+  ret->len = 0;
+}
