@@ -3,7 +3,8 @@
 //! WIT, wit-bindgen's C generator writes the bindings and an object file carrying the
 //! `plugin` world (linked into the module), and `wit-component` makes the component, adapting
 //! preview 1 to preview 2 with the reactor adapter of the host's wasmtime release. No CLI
-//! beyond the compiler.
+//! beyond the compiler. The C SDK (`sdk/c`: `kubeplug.h`, helpers and a settings reader) is
+//! compiled into every plugin with the bindings.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -40,6 +41,12 @@ const INSTALLED_FILES: [(&str, &str); 3] = [
 
 /// The world every plugin implements.
 const WORLD: &str = "plugin";
+
+/// The C SDK, written beside the bindings and compiled into every C plugin.
+const SDK: [(&str, &str); 2] = [
+    ("kubeplug.h", include_str!("../sdk/c/kubeplug.h")),
+    ("kubeplug_sdk.c", include_str!("../sdk/c/kubeplug_sdk.c")),
+];
 
 pub(crate) fn check(toolchains: &Toolchains) -> Result<(), BuildError> {
     let install = format!(
@@ -90,7 +97,7 @@ fn world(wit: &Path) -> Result<(Resolve, WorldId), BuildError> {
 
 /// Writes wit-bindgen's C bindings of the world into `dir`: `plugin.h`, `plugin.c`, and
 /// `plugin_component_type.o`, the world as a custom section for the linker to carry into the
-/// module, where `wit-component` finds it.
+/// module, where `wit-component` finds it; and the SDK, `kubeplug.h` and `kubeplug_sdk.c`.
 fn write_bindings(resolve: &mut Resolve, world: WorldId, dir: &Path) -> Result<(), BuildError> {
     let mut files = wit_bindgen_core::Files::default();
     wit_bindgen_c::Opts::default()
@@ -101,7 +108,8 @@ fn write_bindings(resolve: &mut Resolve, world: WorldId, dir: &Path) -> Result<(
             cause: format!("{e:#}"),
         })?;
     create_dir(dir)?;
-    for (name, contents) in files.iter() {
+    let sdk = SDK.iter().map(|(name, text)| (*name, text.as_bytes()));
+    for (name, contents) in files.iter().chain(sdk) {
         let path = dir.join(name);
         std::fs::write(&path, contents).map_err(BuildError::io("writing", &path))?;
     }
@@ -163,6 +171,7 @@ pub(crate) fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf
         .arg(dir)
         .args(sources(dir)?)
         .arg(bindings.join(format!("{WORLD}.c")))
+        .arg(bindings.join("kubeplug_sdk.c"))
         .arg(bindings.join(format!("{WORLD}_component_type.o")))
         .arg("-o")
         .arg(&core);
@@ -178,4 +187,37 @@ pub(crate) fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf
     let out = work.join(format!("{name}.wasm"));
     std::fs::write(&out, component).map_err(BuildError::io("writing", &out))?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repository() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    }
+
+    /// Every import `plugin.h` declares is in the C section of the docs, with its signature
+    /// as generated: a WIT change that alters one fails here until the docs follow.
+    #[test]
+    fn the_docs_list_every_import_with_its_signature() {
+        let (mut resolve, world) = world(&repository().join("wit")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        write_bindings(&mut resolve, world, dir.path()).unwrap();
+        let header = std::fs::read_to_string(dir.path().join("plugin.h")).unwrap();
+        let docs = std::fs::read_to_string(repository().join("docs/plugins-in-other-languages.md"))
+            .unwrap();
+        let imports: Vec<&str> = header
+            .lines()
+            .filter_map(|line| line.strip_prefix("extern "))
+            .filter_map(|signature| signature.strip_suffix(';'))
+            .collect();
+        assert!(imports.len() >= 14, "{imports:?}");
+        for signature in imports {
+            assert!(
+                docs.contains(&format!("`{signature}`")),
+                "docs/plugins-in-other-languages.md lacks `{signature}`"
+            );
+        }
+    }
 }

@@ -364,6 +364,11 @@ fn new_projects_build_check_and_replay_their_sample_events() {
         );
         assert!(stdout.contains(replayed), "{name}: {stdout}");
     }
+    // The SDK a Rust project refers to is written again when missing (another machine, a
+    // data directory wiped).
+    std::fs::remove_dir_all(scratch.data().join("kubeplug/sdk")).unwrap();
+    let output = scratch.build(&scratch.dir.path().join("projects/hello-rs"));
+    assert!(output.status.success(), "{}", text(&output.stderr));
     let checkout = repository().canonicalize().unwrap();
     let checkout = checkout.to_str().unwrap();
     // What `new` wrote: the projects and the SDK (the toolchains are the repository's here).

@@ -20,6 +20,13 @@ use crate::run::artifact_cache_dir;
 pub(crate) async fn build(args: BuildArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let project = Project::open(&args.dir)?;
+    if project.language == Language::Rust {
+        // The SDK a project of `kubeplug new` depends on, where it expects it: written again
+        // when missing (another machine, a data directory wiped), unchanged otherwise.
+        if let Some(data) = kubeplug_build::data_dir() {
+            super::sdk::write_rust(&data)?;
+        }
+    }
     let options = BuildOptions {
         wit: wit_dir(&project)?,
         toolchains: super::toolchains(args.toolchains)?,

@@ -85,3 +85,66 @@ async fn a_file_that_is_not_a_component_fails_at_compile() -> Result<()> {
     assert!(error.to_string().contains("noop.wasm: compile:"), "{error}");
     Ok(())
 }
+
+/// Issue 21: the C SDK's settings reader (compiled into every C plugin) reads each kind of
+/// setting, skips other keys whatever their JSON, and refuses a wrong document naming the
+/// key, the type it must have and where; the `settings-c` guest reports what it read in
+/// its version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_c_sdk_reads_settings_of_every_kind_and_names_what_is_wrong() -> Result<()> {
+    let runtime = runtime();
+    let load = |settings: &'static str| {
+        let runtime = runtime.clone();
+        async move {
+            let spec = spec(
+                "settings-c",
+                settings,
+                BTreeMap::new(),
+                Arc::new(NoCluster),
+                Grants::default(),
+                PluginLimits::default(),
+            )?;
+            anyhow::Ok(runtime.inspect(spec).await)
+        }
+    };
+    for (settings, version) in [
+        ("{}", "c7.n0.v0-g0"),
+        (
+            r#"{"greeting": "h\u00e9\"", "names": ["a", "b"], "count": -9223372036854775808,
+                "verbose": true, "other": {"deep": [1, -2.5e3, null, true, "x"]}}"#,
+            // h, é (two bytes) and the escaped quote.
+            "c-9223372036854775808.n2.v1-g4",
+        ),
+        (r#" { "count" : 42 , "names" : [ ] } "#, "c42.n0.v0-g0"),
+    ] {
+        let description = load(settings).await??;
+        assert_eq!(description.version, version, "{settings}");
+    }
+    for (settings, why) in [
+        (r#"{"count": 1.5}"#, "count must be an integer at byte 10"),
+        (
+            r#"{"count": 9223372036854775808}"#,
+            "count must be an integer within 64 bits",
+        ),
+        (r#"{"verbose": "yes"}"#, "verbose must be true or false"),
+        (r#"{"greeting": 5}"#, "greeting must be a string"),
+        (r#"{"names": ["a", 5]}"#, "names must be a list of strings"),
+        (r#"{"names": "a"}"#, "names must be a list of strings"),
+        (r#"{"count": 1, "count": 2}"#, "duplicate field count"),
+        (r#"{"greeting": "a"} x"#, "trailing characters"),
+        (r#"["a"]"#, "expected an object at byte 0"),
+        (r#"{"greeting": "a""#, "expected ',' or '}'"),
+    ] {
+        let error = load(settings).await?.unwrap_err();
+        assert!(
+            matches!(error, LoadError::StartFailed { stage: "init", .. }),
+            "{settings}: {error:?}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains(&format!("invalid settings: {why}")),
+            "{settings}: {message} should say {why:?}"
+        );
+    }
+    Ok(())
+}

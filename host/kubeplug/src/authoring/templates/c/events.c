@@ -5,16 +5,16 @@
 // `on_event` to act on them. `kubeplug build` builds it; `kubeplug test` replays events.yaml
 // into it.
 //
-// Bindings: `plugin.h`, which `kubeplug build` generates from wit/ with wit-bindgen. Memory,
-// as they define it: arguments of exported functions belong to us and are freed here; what
+// Bindings: `plugin.h`, which `kubeplug build` generates from wit/ with wit-bindgen, and the
+// C SDK's helpers over them, `kubeplug.h` (compiled in by `kubeplug build`). Memory, as they
+// define it: arguments of exported functions belong to us and are freed here; what
 // we return is malloc'd and freed by the bindings once the host has copied it; arguments we
 // pass to imports stay ours.
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "plugin.h"
+#include "kubeplug.h"
 
 bool exports_kubeplug_plugin_handler_init(plugin_string_t *settings, plugin_string_t *err) {
   plugin_string_free(settings);
@@ -28,9 +28,7 @@ void exports_kubeplug_plugin_handler_describe(exports_kubeplug_plugin_handler_de
   ret->subscriptions.len = 1;
   ret->subscriptions.ptr = calloc(1, sizeof *ret->subscriptions.ptr);
   exports_kubeplug_plugin_handler_subscription_t *config_maps = &ret->subscriptions.ptr[0];
-  plugin_string_dup(&config_maps->resource_type.group, "");
-  plugin_string_dup(&config_maps->resource_type.version, "v1");
-  plugin_string_dup(&config_maps->resource_type.kind, "ConfigMap");
+  config_maps->resource_type = kp_gvk("", "v1", "ConfigMap");
   config_maps->meta_fields = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_META_FIELDS_UID |
                              EXPORTS_KUBEPLUG_PLUGIN_HANDLER_META_FIELDS_LABELS |
                              EXPORTS_KUBEPLUG_PLUGIN_HANDLER_META_FIELDS_OWNER_REFERENCES |
@@ -49,34 +47,12 @@ static const char *change_name(kubeplug_plugin_types_event_type_t change) {
 
 // Logs and counts one event; false (and `err` set) when counting failed.
 static bool on_event(const kubeplug_plugin_types_event_t *event, plugin_string_t *err) {
-  const kubeplug_plugin_types_object_meta_t *meta = &event->meta;
-  char key[512];
-  if (meta->namespace_.is_some) {
-    snprintf(key, sizeof key, "%.*s/%.*s", (int)meta->namespace_.val.len,
-             (const char *)meta->namespace_.val.ptr, (int)meta->name.len,
-             (const char *)meta->name.ptr);
-  } else {
-    snprintf(key, sizeof key, "%.*s", (int)meta->name.len, (const char *)meta->name.ptr);
-  }
+  char *key = kp_key(&event->meta);
   const char *change = change_name(event->change);
-
-  plugin_string_t message;
-  plugin_string_set(&message, "event");
-  kubeplug_plugin_log_label_t fields[2];
-  plugin_string_set(&fields[0].key, "change");
-  plugin_string_set(&fields[0].value, change);
-  plugin_string_set(&fields[1].key, "key");
-  plugin_string_set(&fields[1].value, key);
-  kubeplug_plugin_log_list_label_t field_list = {fields, 2};
-  kubeplug_plugin_log_log(KUBEPLUG_PLUGIN_LOG_LEVEL_INFO, &message, &field_list);
-
-  plugin_string_t name;
-  plugin_string_set(&name, "events_total");
-  kubeplug_plugin_metrics_list_label_t labels = {fields, 1};
-  kubeplug_plugin_metrics_error_t error;
-  if (!kubeplug_plugin_metrics_counter_add(&name, &labels, 1, &error)) {
+  kp_log(KP_INFO, "event", "change", change, "key", key, NULL);
+  free(key);
+  if (!kp_counter_add("events_total", 1, "change", change, NULL)) {
     plugin_string_dup(err, "counting the event failed");
-    kubeplug_plugin_types_error_free(&error);
     return false;
   }
   return true;

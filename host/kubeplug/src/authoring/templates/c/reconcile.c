@@ -6,8 +6,9 @@
 // `reconcile` to bring each object to its desired state. `kubeplug build` builds it;
 // `kubeplug test` replays events.yaml into it.
 //
-// Bindings: `plugin.h`, which `kubeplug build` generates from wit/ with wit-bindgen. Memory,
-// as they define it: arguments of exported functions belong to us and are freed here; what
+// Bindings: `plugin.h`, which `kubeplug build` generates from wit/ with wit-bindgen, and the
+// C SDK's helpers over them, `kubeplug.h` (compiled in by `kubeplug build`). Memory, as they
+// define it: arguments of exported functions belong to us and are freed here; what
 // we return is malloc'd and freed by the bindings once the host has copied it; arguments we
 // pass to imports stay ours.
 
@@ -15,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plugin.h"
+#include "kubeplug.h"
 
 // How long until a key is reconciled again, in milliseconds.
 #define RESYNC_MS 60000
@@ -32,9 +33,7 @@ void exports_kubeplug_plugin_handler_describe(exports_kubeplug_plugin_handler_de
   ret->subscriptions.len = 1;
   ret->subscriptions.ptr = calloc(1, sizeof *ret->subscriptions.ptr);
   exports_kubeplug_plugin_handler_subscription_t *config_maps = &ret->subscriptions.ptr[0];
-  plugin_string_dup(&config_maps->resource_type.group, "");
-  plugin_string_dup(&config_maps->resource_type.version, "v1");
-  plugin_string_dup(&config_maps->resource_type.kind, "ConfigMap");
+  config_maps->resource_type = kp_gvk("", "v1", "ConfigMap");
   config_maps->meta_fields = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_META_FIELDS_UID |
                              EXPORTS_KUBEPLUG_PLUGIN_HANDLER_META_FIELDS_LABELS |
                              EXPORTS_KUBEPLUG_PLUGIN_HANDLER_META_FIELDS_OWNER_REFERENCES |
@@ -42,18 +41,6 @@ void exports_kubeplug_plugin_handler_describe(exports_kubeplug_plugin_handler_de
   config_maps->enqueue.tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_KEY_MAPPING_OWN_KEY;
   ret->delivery.tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_DELIVERY_RECONCILE;
   ret->delivery.val.reconcile = 1;
-}
-
-static void log_info(const char *message, const char *key, const char *version) {
-  plugin_string_t text;
-  plugin_string_set(&text, message);
-  kubeplug_plugin_log_label_t fields[2];
-  plugin_string_set(&fields[0].key, "key");
-  plugin_string_set(&fields[0].value, key);
-  plugin_string_set(&fields[1].key, "resourceVersion");
-  plugin_string_set(&fields[1].value, version);
-  kubeplug_plugin_log_list_label_t list = {fields, version == NULL ? 1 : 2};
-  kubeplug_plugin_log_log(KUBEPLUG_PLUGIN_LOG_LEVEL_INFO, &text, &list);
 }
 
 void exports_kubeplug_plugin_handler_reconcile(exports_kubeplug_plugin_handler_gvk_t *resource_type,
@@ -67,25 +54,22 @@ void exports_kubeplug_plugin_handler_reconcile(exports_kubeplug_plugin_handler_g
   } else {
     snprintf(key, sizeof key, "%.*s", (int)name->len, (const char *)name->ptr);
   }
-  plugin_string_t cache_key;
-  plugin_string_set(&cache_key, key);
+  plugin_string_t cache_key = kp_str(key);
   kubeplug_plugin_cache_option_cached_object_t cached;
   kubeplug_plugin_cache_error_t error;
   if (!kubeplug_plugin_cache_get(resource_type, &cache_key, &cached, &error)) {
     ret->tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_RECONCILE_RESULT_ERROR;
     char message[600];
-    snprintf(message, sizeof message, "reading %s failed", key);
+    snprintf(message, sizeof message, "reading %s: %s", key, kp_error_name(&error));
     plugin_string_dup(&ret->val.error, message);
     kubeplug_plugin_types_error_free(&error);
   } else if (!cached.is_some) {
-    log_info("gone: nothing to do", key, NULL);
+    kp_log(KP_INFO, "gone: nothing to do", "key", key, NULL);
     ret->tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_RECONCILE_RESULT_DONE;
   } else {
-    const plugin_string_t *version = &cached.val.meta.resource_version;
-    char version_text[128];
-    snprintf(version_text, sizeof version_text, "%.*s", (int)version->len,
-             (const char *)version->ptr);
-    log_info("reconciling", key, version_text);
+    char *version = kp_text(&cached.val.meta.resource_version);
+    kp_log(KP_INFO, "reconciling", "key", key, "resourceVersion", version, NULL);
+    free(version);
     kubeplug_plugin_cache_option_cached_object_free(&cached);
     ret->tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_RECONCILE_RESULT_REQUEUE_AFTER;
     ret->val.requeue_after = RESYNC_MS;
