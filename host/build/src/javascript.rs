@@ -1,11 +1,12 @@
 //! JavaScript guests: `handler.js`, an ES module exporting `handler` (the WIT interface's
 //! functions in camelCase), built by `componentize-qjs` (QuickJS, snapshotted with Wizer) at
-//! the version `pins/package.json` and its lock file pin.
+//! the version `pins/package.json` and its lock file pin. The sources are staged with the
+//! SDK (`sdk/js/kubeplug.js`) beside them, as `./kubeplug.js`.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::process::{apt_install, create_dir, run, runs, up_to_date};
+use crate::process::{apt_install, copy_sources, create_dir, run, runs, up_to_date};
 use crate::{BuildError, BuildOptions, Language, Project, Toolchains};
 
 /// The module every JavaScript plugin has; its relative imports resolve beside it.
@@ -13,6 +14,12 @@ pub(crate) const ENTRY: &str = "handler.js";
 
 /// The npm package that builds the components.
 const TOOL: &str = "componentize-qjs";
+
+/// The SDK, staged beside the plugin's sources as `./kubeplug.js`.
+const SDK: &str = include_str!("../sdk/js/kubeplug.js");
+
+/// The SDK's file name among the staged sources.
+const SDK_FILE: &str = "kubeplug.js";
 
 const PACKAGE_JSON: &str = include_str!("../pins/package.json");
 const PACKAGE_LOCK: &str = include_str!("../pins/package-lock.json");
@@ -96,11 +103,18 @@ pub(crate) fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf
     let work = options.work.join("js");
     create_dir(&work)?;
     let out = work.join(format!("{name}.wasm"));
+    // The module root: a copy of the sources with the SDK beside them, so that a handler
+    // imports "./kubeplug.js" and nothing outside its project.
+    let root = work.join(name);
+    let staged_sdk = root.join(SDK_FILE);
+    let same_sdk = std::fs::read_to_string(&staged_sdk).is_ok_and(|staged| staged == SDK);
     // The installed tool's manifest stands for its version: reinstalling it makes it newer.
     let tool = install.join("node_modules").join(TOOL);
-    if up_to_date(&out, &[dir, &options.wit, &tool.join("package.json")])? {
+    if same_sdk && up_to_date(&out, &[dir, &options.wit, &tool.join("package.json")])? {
         return Ok(out);
     }
+    copy_sources(dir, &root)?;
+    std::fs::write(&staged_sdk, SDK).map_err(BuildError::io("writing", &staged_sdk))?;
     let tool = tool.join("cli.mjs");
     let mut componentize = Command::new("node");
     componentize
@@ -109,15 +123,15 @@ pub(crate) fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf
         .arg(&options.wit)
         .args(["--world", "plugin"])
         .arg("--js")
-        .arg(dir.join(ENTRY))
-        // Relative imports resolve inside the plugin's directory, nowhere else.
+        .arg(root.join(ENTRY))
+        // Relative imports resolve inside the staged sources, nowhere else.
         .arg("--module-root")
-        .arg(dir)
+        .arg(&root)
         // The host calls plugins without the component-model async ABI.
         .arg("--sync")
         .arg("-o")
         .arg(&out)
-        .current_dir(dir);
+        .current_dir(&root);
     run(
         &mut componentize,
         &format!("{TOOL} on {}", dir.join(ENTRY).display()),

@@ -32,6 +32,10 @@ pub use project::ProjectError;
 pub use rust::{WASM_TARGET, build_crates};
 pub use toolchains::{Toolchains, data_dir};
 
+/// The types of the JavaScript SDK (`./kubeplug.js`, staged by [`build`]), for a project's
+/// editor: `kubeplug new` writes them into a JavaScript project as `kubeplug.d.ts`.
+pub const JAVASCRIPT_SDK_TYPES: &str = include_str!("../sdk/js/kubeplug.d.ts");
+
 /// A guest language.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Language {

@@ -97,6 +97,29 @@ pub(crate) fn copy_if_changed(from: &Path, to: &Path) -> Result<(), BuildError> 
     std::fs::rename(&tmp, to).map_err(BuildError::io("renaming into", to))
 }
 
+/// Replaces `to` with a copy of the sources under `from` (not [generated
+/// directories](is_generated_dir)).
+pub(crate) fn copy_sources(from: &Path, to: &Path) -> Result<(), BuildError> {
+    if to.exists() {
+        std::fs::remove_dir_all(to).map_err(BuildError::io("removing", to))?;
+    }
+    create_dir(to)?;
+    for entry in std::fs::read_dir(from).map_err(BuildError::io("reading", from))? {
+        let path = entry.map_err(BuildError::io("reading", from))?.path();
+        let Some(name) = path.file_name() else {
+            continue;
+        };
+        if path.is_dir() {
+            if !name.to_str().is_some_and(is_generated_dir) {
+                copy_sources(&path, &to.join(name))?;
+            }
+        } else {
+            std::fs::copy(&path, to.join(name)).map_err(BuildError::io("copying", &path))?;
+        }
+    }
+    Ok(())
+}
+
 /// Names of directories that hold build output or installed dependencies, never sources.
 pub(crate) fn is_generated_dir(name: &str) -> bool {
     matches!(name, "target" | "node_modules" | "__pycache__") || name.starts_with('.')

@@ -364,6 +364,26 @@ fn new_projects_build_check_and_replay_their_sample_events() {
         );
         assert!(stdout.contains(replayed), "{name}: {stdout}");
     }
+    // The JavaScript SDK's settings reader refuses what is not an object.
+    let output = scratch
+        .kubeplug()
+        .args([
+            "test",
+            "hello-js.wasm",
+            "--events",
+            "events.yaml",
+            "--settings",
+            "[1]",
+        ])
+        .args(["--config", "kubeplug.toml"])
+        .current_dir(scratch.dir.path().join("projects/hello-js"))
+        .output()
+        .unwrap();
+    assert!(
+        text(&output.stderr).contains("invalid settings: expected an object"),
+        "{}",
+        text(&output.stderr)
+    );
     // The SDK a Rust project refers to is written again when missing (another machine, a
     // data directory wiped).
     std::fs::remove_dir_all(scratch.data().join("kubeplug/sdk")).unwrap();
@@ -461,7 +481,7 @@ fn a_new_plugin_runs_and_reloads_in_a_local_host() {
     let handler = dir.join("handler.js");
     let source = std::fs::read_to_string(&handler).unwrap();
     let edited = source
-        .replace(r#"log("info", "event", ["#, r#"log("info", "seen", ["#)
+        .replace(r#"info("event", {"#, r#"info("seen", {"#)
         .replace(r#"version: "0.1.0""#, r#"version: "0.2.0""#);
     assert_ne!(source, edited, "the template logs \"event\"");
     std::fs::write(&handler, edited).unwrap();

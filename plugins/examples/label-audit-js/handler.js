@@ -5,15 +5,15 @@
 // (`MissingLabels`) on the object. It reads typed metadata only: no JSON parsing of objects.
 // Settings: {"required_labels": ["app.kubernetes.io/name"]} (the default).
 //
-// Bindings (componentize-qjs; StarlingMonkey's componentize-js reads the same source): WIT
-// records are objects with camelCase keys, options the value or none (`null`, or
-// `undefined`: compare with `== null`), enums their case names, variants `{ tag, val }`. An
-// exported `result<_, string>` is an error when the function throws a string; an imported
-// function returning `result` throws its error variant (QuickJS) or an Error whose
-// `payload` is that variant (StarlingMonkey).
+// Bindings (componentize-qjs): WIT records are objects with camelCase keys, options the
+// value or none (`null`, or `undefined`: compare with `== null`), enums their case names,
+// variants `{ tag, val }`. An exported `result<_, string>` is an error when the function
+// throws a string; an imported function returning `result` throws its error variant. The
+// SDK (`./kubeplug.js`, staged by the build) reads the settings and those errors.
 
 import { recordEvent } from "kubeplug:plugin/cluster@0.2.0";
 import { log } from "kubeplug:plugin/log@0.2.0";
+import { hostError, settings, subscription } from "./kubeplug.js";
 
 const DEPLOYMENTS = { group: "apps", version: "v1", kind: "Deployment" };
 const PODS = { group: "", version: "v1", kind: "Pod" };
@@ -21,16 +21,8 @@ const PODS = { group: "", version: "v1", kind: "Pod" };
 /** The labels every object must carry, from the settings. */
 let required = [];
 
-function init(settings) {
-  let config;
-  try {
-    config = JSON.parse(settings);
-  } catch (e) {
-    throw `invalid settings: ${e.message}`;
-  }
-  if (config === null || typeof config !== "object" || Array.isArray(config)) {
-    throw "invalid settings: expected an object";
-  }
+function init(json) {
+  const config = settings(json);
   const labels = "required_labels" in config ? config.required_labels : ["app.kubernetes.io/name"];
   if (!Array.isArray(labels) || !labels.every((label) => typeof label === "string")) {
     throw "invalid settings: required_labels must be a list of strings";
@@ -41,40 +33,23 @@ function init(settings) {
   required = labels;
 }
 
-function subscription(resourceType) {
-  return {
-    resourceType,
-    namespace: null,
-    labelSelector: null,
-    fieldSelector: null,
-    resyncPeriodMs: null,
-    // Only the labels: namespace and name always come, and the rest would cost every event.
-    metaFields: { uid: false, labels: true, ownerReferences: false, deletionTimestamp: false },
-    wantsObjectJson: false,
-    wantsOldJson: false,
-    enqueue: { tag: "own-key" },
-  };
+/** A subscription to `resourceType`'s labels. */
+function labelsOf(resourceType) {
+  // Only the labels: namespace and name always come, and the rest would cost every event.
+  const metaFields = { uid: false, labels: true, ownerReferences: false, deletionTimestamp: false };
+  return subscription(resourceType, { metaFields });
 }
 
 function describe() {
   return {
     name: "label-audit-js",
     version: "0.1.0",
-    subscriptions: [subscription(DEPLOYMENTS), subscription(PODS)],
+    subscriptions: [labelsOf(DEPLOYMENTS), labelsOf(PODS)],
     delivery: { tag: "events" },
     indexes: [],
     reads: [],
     writes: [DEPLOYMENTS, PODS].map((resourceType) => ({ resourceType, verbs: ["record-event"] })),
   };
-}
-
-/** The WIT `error` a host call threw; anything else (a bug here) is thrown on. */
-function hostError(thrown) {
-  const error = thrown?.payload ?? thrown;
-  if (typeof error?.tag !== "string") {
-    throw thrown;
-  }
-  return error;
 }
 
 /** `not-permitted` → `NotPermitted`, as the Rust port prints error cases. */

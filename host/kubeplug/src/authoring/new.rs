@@ -129,8 +129,15 @@ pub(crate) async fn new(args: NewArgs) -> anyhow::Result<()> {
         write(&dir.join(path), &fill(text))?;
     }
     super::build::write_wit(&dir.join("wit"))?;
-    if args.lang == NewLanguage::Rust {
-        lock(&dir);
+    match args.lang {
+        NewLanguage::Rust => lock(&dir),
+        NewLanguage::Javascript => {
+            write(
+                &dir.join("kubeplug.d.ts"),
+                kubeplug_build::JAVASCRIPT_SDK_TYPES,
+            )?;
+        }
+        NewLanguage::Python | NewLanguage::C => {}
     }
     // What was made is this command's output.
     #[allow(clippy::print_stdout)]

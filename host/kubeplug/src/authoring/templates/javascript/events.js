@@ -2,61 +2,36 @@
 // metric `events_total`.
 //
 // Edit `describe` to watch other types (and grant their reads in kubeplug.toml), and
-// `handleEvents` to act on them. `kubeplug build` builds it with componentize-qjs;
-// `kubeplug test` replays events.yaml into it.
-//
-// Bindings (wit/): WIT records are objects with camelCase keys, options the value or
-// `null`, enums their case names, variants `{ tag, val }`. An exported `result<_, string>`
-// is an error when the function throws a string; an imported function returning `result`
-// throws its error variant.
+// `handleEvents` to act on them. `kubeplug build` builds it with componentize-qjs, with the
+// SDK staged beside it as ./kubeplug.js (its types: kubeplug.d.ts); `kubeplug test` replays
+// events.yaml into it.
 
-import { log } from "kubeplug:plugin/log@0.2.0";
-import { counterAdd } from "kubeplug:plugin/metrics@0.2.0";
+import {
+  counterAdd,
+  description,
+  gvk,
+  handler as plugin,
+  info,
+  key,
+  settings,
+  subscription,
+} from "./kubeplug.js";
 
-const CONFIG_MAPS = { group: "", version: "v1", kind: "ConfigMap" };
+const CONFIG_MAPS = gvk("", "v1", "ConfigMap");
 
-function describe() {
-  return {
-    name: "__NAME__",
-    version: "0.1.0",
-    subscriptions: [
-      {
-        resourceType: CONFIG_MAPS,
-        namespace: null,
-        labelSelector: null,
-        fieldSelector: null,
-        resyncPeriodMs: null,
-        metaFields: { uid: true, labels: true, ownerReferences: true, deletionTimestamp: true },
-        wantsObjectJson: false,
-        wantsOldJson: false,
-        enqueue: { tag: "own-key" },
-      },
-    ],
-    delivery: { tag: "events" },
-    indexes: [],
-    reads: [],
-    writes: [],
-  };
-}
+export const handler = plugin({
+  // The settings: a JSON object (anything else refuses the load); none are read yet.
+  init(json) {
+    settings(json);
+  },
 
-function key(meta) {
-  return meta.namespace == null ? meta.name : `${meta.namespace}/${meta.name}`;
-}
+  describe: () =>
+    description({ name: "__NAME__", version: "0.1.0", subscriptions: [subscription(CONFIG_MAPS)] }),
 
-function handleEvents(batch) {
-  for (const event of batch) {
-    log("info", "event", [
-      { key: "change", value: event.change },
-      { key: "key", value: key(event.meta) },
-    ]);
-    counterAdd("events_total", [{ key: "change", value: event.change }], 1);
-  }
-}
-
-export const handler = {
-  init: (_settings) => {},
-  describe,
-  handleEvents,
-  reconcile: () => ({ tag: "done" }),
-  mapEvent: () => [],
-};
+  handleEvents(batch) {
+    for (const event of batch) {
+      info("event", { change: event.change, key: key(event.meta) });
+      counterAdd("events_total", { change: event.change });
+    }
+  },
+});
