@@ -137,10 +137,11 @@ pub enum LoadError {
     ForbiddenImport {
         /// The file.
         path: PathBuf,
-        /// The import.
+        /// The import, cut ([`excerpt`]).
         import: String,
     },
-    /// It was built against a version of `kubeplug:plugin` this host does not serve.
+    /// It was built against a version of `kubeplug:plugin` this host does not serve. The
+    /// name and version are cut ([`excerpt`]).
     #[error(
         "{path}: built against kubeplug:plugin@{found} ({name}), but this host serves kubeplug:plugin@{served} and its patch releases; rebuild the plugin against the WIT or SDK of that version"
     )]
@@ -508,17 +509,18 @@ impl Runtime {
         for (name, imported) in imports.chain(exports) {
             match check_name(name) {
                 NameCheck::Served => {}
+                // The names are the plugin author's: cut, as every echo of them.
                 NameCheck::OtherVersion { found } => {
                     return Err(LoadError::InterfaceVersion {
                         path: path.to_path_buf(),
-                        name: name.to_owned(),
-                        found,
+                        name: excerpt(name),
+                        found: excerpt(&found),
                         served: SERVED_VERSION,
                     });
                 }
                 // Unknown exports are the linker's to judge.
                 NameCheck::Foreign if imported => {
-                    foreign.get_or_insert(name.to_owned());
+                    foreign.get_or_insert_with(|| excerpt(name));
                 }
                 NameCheck::Foreign => {}
             }

@@ -103,6 +103,19 @@ fn all_refused(action: &str, report: &str, attempts: usize) -> Result<()> {
 
 /// A WebAssembly component whose only import is `interface` of WIT package `package`
 /// (`ns:name@version`), encoded here from WIT and a hand-written core module.
+/// Appends `n` as unsigned LEB128, as wasm encodes lengths.
+fn leb128(out: &mut Vec<u8>, mut n: usize) {
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
 fn component_importing(package: &str, interface: &str) -> Result<Vec<u8>> {
     let wit = format!(
         "package {package};\ninterface {interface} {{ call: func(); }}\n\
@@ -115,12 +128,14 @@ fn component_importing(package: &str, interface: &str) -> Result<Vec<u8>> {
     let module_name = format!("{name}/{interface}@{version}");
     // A core module that imports the interface's one function: the type section holds
     // `func() -> ()`, the import section that function under the interface's name.
-    let mut imports = vec![1, module_name.len() as u8];
+    let mut imports = vec![1];
+    leb128(&mut imports, module_name.len());
     imports.extend_from_slice(module_name.as_bytes());
     imports.extend_from_slice(&[4, b'c', b'a', b'l', b'l', 0x00, 0x00]);
     let mut module = b"\0asm\x01\0\0\0".to_vec();
     module.extend_from_slice(&[0x01, 0x04, 0x01, 0x60, 0x00, 0x00]);
-    module.extend_from_slice(&[0x02, imports.len() as u8]);
+    module.push(0x02);
+    leb128(&mut module, imports.len());
     module.extend_from_slice(&imports);
     wit_component::embed_component_metadata(
         &mut module,
@@ -180,6 +195,40 @@ async fn a_component_importing_outside_wasi_and_kubeplug_is_refused_naming_the_i
         }
         Err(other) => bail!("kubeplug:plugin@0.1.0: expected a version error, got: {other}"),
         Ok(_) => bail!("a component of kubeplug:plugin@0.1.0 was loaded"),
+    }
+    Ok(())
+}
+
+/// The name a component imports is the plugin author's: a refusal quotes it cut, so that a
+/// 20,000-byte version does not become a 20,000-byte message in the log and `/plugins`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_import_is_named_cut_to_a_readable_length() -> Result<()> {
+    let runtime = runtime();
+    let long = "a".repeat(20_000);
+    for package in [
+        format!("kubeplug:plugin@0.9.0-{long}"),
+        format!("evil:net@1.0.0-{long}"),
+    ] {
+        let spec = PluginSpec {
+            path: std::path::PathBuf::from("/plugins/long.wasm"),
+            bytes: component_importing(&package, "raw")?,
+            settings: "{}".into(),
+            grants: Grants::default(),
+            limits: PluginLimits::default(),
+            cache: Arc::new(kubeplug_runtime::IndexerMap::default()),
+            writer: Arc::new(Recorder::default()),
+        };
+        let message = match runtime.load(spec).await {
+            Err(error) => error.to_string(),
+            Ok(_) => bail!("a component importing {package:.40} was loaded"),
+        };
+        assert!(
+            message.len() < 2_000,
+            "{} bytes: {message:.300}",
+            message.len()
+        );
+        let named = &package[..package.find('@').unwrap()];
+        assert!(message.contains(named), "{message:.300}");
     }
     Ok(())
 }
