@@ -96,13 +96,8 @@ fn wit_dir(project: &Project) -> anyhow::Result<PathBuf> {
 
 /// Writes the WIT this host serves into `dir`.
 pub(crate) fn write_wit(dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     for (name, text) in WIT_FILES {
-        let path = dir.join(name);
-        if std::fs::read_to_string(&path).is_ok_and(|old| old == text) {
-            continue;
-        }
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        super::write_if_changed(&dir.join(name), text)?;
     }
     Ok(())
 }

@@ -16,6 +16,20 @@ use std::path::PathBuf;
 use anyhow::anyhow;
 use kubeplug_build::Toolchains;
 
+/// Writes `text` to `path` (and its directory) unless it holds it already, so that an
+/// unchanged file keeps its mtime and nothing rebuilds for it.
+fn write_if_changed(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
+        return Ok(());
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
 /// The toolchains in `dir`, else in the default data directory.
 fn toolchains(dir: Option<PathBuf>) -> anyhow::Result<Toolchains> {
     let dir = dir.or_else(Toolchains::default_dir).ok_or_else(|| {

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, anyhow};
+use anyhow::anyhow;
 
 /// The Rust SDK's sources (`plugins/sdk-rust`, whose `wit/` is the contract itself).
 const RUST_SOURCES: [(&str, &str); 6] = [
@@ -84,14 +84,7 @@ pub(crate) fn write_rust(data: &Path) -> anyhow::Result<PathBuf> {
         .map(|(name, text)| (*name, *text))
         .chain([("Cargo.toml", manifest.as_str())]);
     for (name, text) in files {
-        let path = dir.join(name);
-        if std::fs::read_to_string(&path).is_ok_and(|old| old == text) {
-            continue;
-        }
-        let parent = path.parent().expect("a file in the SDK");
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("creating {}", parent.display()))?;
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        super::write_if_changed(&dir.join(name), text)?;
     }
     Ok(dir)
 }
