@@ -15,7 +15,8 @@
 //! | Python | `handler.py` (a module defining `class Handler`) |
 //!
 //! [`install_toolchains`] (`cargo xtask install-toolchains`) installs what every language
-//! needs into `target/toolchains/`, with the commands the "not installed" errors name.
+//! needs into `target/toolchains/`, with the commands the "not installed" errors name, and
+//! the TypeScript compiler the tests type-check the JavaScript SDK's declarations with.
 //!
 //! [`bench`] (`cargo xtask bench`) runs the benchmarks and checks their figures against the
 //! project's targets.
@@ -62,6 +63,11 @@ impl Layout {
     /// `target/toolchains`: where `install-toolchains` puts the npm and PyPI guest tools.
     pub fn toolchains_dir(&self) -> PathBuf {
         self.root.join("target").join("toolchains")
+    }
+
+    /// `target/toolchains/typescript`: the TypeScript compiler of the tests.
+    pub fn typescript_dir(&self) -> PathBuf {
+        self.toolchains_dir().join("typescript")
     }
 
     /// The guest toolchains of this repository, whose errors name `cargo xtask`.
@@ -186,6 +192,42 @@ pub fn install_toolchains(layout: &Layout) -> Result<()> {
         toolchains
             .install(language)
             .with_context(|| format!("installing the {language} toolchain"))?;
+    }
+    install_typescript(layout)
+}
+
+/// The pinned TypeScript of `xtask/pins/typescript`: a tool of this repository's tests, not
+/// of plugin authors, so not among `kubeplug-build`'s toolchains.
+fn install_typescript(layout: &Layout) -> Result<()> {
+    let pins = layout.root.join("xtask/pins/typescript");
+    let dir = layout.typescript_dir();
+    let version = |file: &Path, pointer: &str| -> Option<String> {
+        let json: serde_json::Value = serde_json::from_slice(&std::fs::read(file).ok()?).ok()?;
+        Some(json.pointer(pointer)?.as_str()?.to_owned())
+    };
+    let pinned = version(
+        &pins.join("package-lock.json"),
+        "/packages/node_modules~1typescript/version",
+    );
+    let installed = version(
+        &dir.join("node_modules/typescript/package.json"),
+        "/version",
+    );
+    if pinned.is_some() && installed == pinned {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    for file in ["package.json", "package-lock.json"] {
+        std::fs::copy(pins.join(file), dir.join(file))
+            .with_context(|| format!("copying {file} into {}", dir.display()))?;
+    }
+    let status = std::process::Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund"])
+        .current_dir(&dir)
+        .status()
+        .context("running npm ci for TypeScript")?;
+    if !status.success() {
+        bail!("npm ci in {} failed ({status})", dir.display());
     }
     Ok(())
 }

@@ -1,5 +1,7 @@
-//! C guests: every `*.c` of the plugin's directory, compiled by Debian's clang-19 against its
-//! wasi-libc (WASI preview 1) and turned into a component in-process: `wit-parser` reads the
+//! C guests: every `*.c` of the plugin's directory, compiled against wasi-libc (WASI
+//! preview 1) by `zig cc` when PyPI's `ziglang` is installed under the toolchains directory
+//! (what a user without root gets), else by Debian's clang-19, and turned into a component
+//! in-process: `wit-parser` reads the
 //! WIT, wit-bindgen's C generator writes the bindings and an object file carrying the
 //! `plugin` world (linked into the module), and `wit-component` makes the component, adapting
 //! preview 1 to preview 2 with the reactor adapter of the host's wasmtime release. No CLI
@@ -12,7 +14,8 @@ use std::process::Command;
 use wit_component::ComponentEncoder;
 use wit_parser::{Resolve, WorldId};
 
-use crate::process::{apt_install, create_dir, run, runs};
+use crate::process::{apt_install, create_dir, is_root, run, runs};
+use crate::python::{install_venv, pinned_in};
 use crate::{BuildError, BuildOptions, Language, Project, Toolchains};
 
 /// The file every C plugin has; the others are compiled beside it.
@@ -39,6 +42,74 @@ const INSTALLED_FILES: [(&str, &str); 3] = [
     ),
 ];
 
+/// The PyPI package carrying `zig`.
+const ZIG: &str = "ziglang";
+
+const ZIG_REQUIREMENTS: &str = include_str!("../pins/zig-requirements.txt");
+
+/// A C compiler for `wasm32-wasi`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CCompiler {
+    /// Debian's clang-19, lld-19 and wasi-libc, installed with apt: needs root.
+    Clang,
+    /// `zig cc` from PyPI's `ziglang`, which builds its own wasi-libc on first use: installed
+    /// under the toolchains directory, without root.
+    Zig,
+}
+
+impl CCompiler {
+    /// The compiler `kubeplug toolchains install c` installs when none is named: clang-19 as
+    /// root, zig otherwise.
+    pub fn default_for_user() -> Self {
+        if is_root() {
+            CCompiler::Clang
+        } else {
+            CCompiler::Zig
+        }
+    }
+}
+
+/// `TOOLCHAINS/c`: the virtual environment holding the pinned `ziglang`.
+fn zig_venv(toolchains: &Toolchains) -> PathBuf {
+    toolchains.dir().join("c")
+}
+
+/// `python -m ziglang` of the toolchains' virtual environment, with zig's caches under
+/// the toolchains directory (its libc, built once) and the build's work directory.
+fn zig(toolchains: &Toolchains, work: &Path) -> Command {
+    let venv = zig_venv(toolchains);
+    let mut zig = Command::new(venv.join("bin").join("python"));
+    zig.args(["-m", ZIG])
+        .env("ZIG_GLOBAL_CACHE_DIR", venv.join("cache"))
+        .env("ZIG_LOCAL_CACHE_DIR", work.join("zig-cache"));
+    zig
+}
+
+/// Whether the pinned zig is installed in the toolchains directory.
+fn check_zig(toolchains: &Toolchains) -> Result<(), BuildError> {
+    let pinned = pinned_in(ZIG_REQUIREMENTS, ZIG);
+    let output = zig(toolchains, toolchains.dir()).arg("version").output();
+    let version = output
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    if version.as_deref() == Some(pinned) {
+        return Ok(());
+    }
+    Err(BuildError::NotInstalled {
+        what: format!("zig {pinned}"),
+        found: format!(
+            "{} in {}",
+            version.as_deref().unwrap_or("none"),
+            zig_venv(toolchains).display()
+        ),
+        install: format!(
+            "{} --c-compiler zig",
+            toolchains.install_command(Language::C)
+        ),
+    })
+}
+
 /// The world every plugin implements.
 const WORLD: &str = "plugin";
 
@@ -48,9 +119,23 @@ const SDK: [(&str, &str); 2] = [
     ("kubeplug_sdk.c", include_str!("../sdk/c/kubeplug_sdk.c")),
 ];
 
+/// The compiler a build uses: zig when it is installed in the toolchains directory (only a
+/// deliberate install puts it there), else clang-19 when Debian's packages are complete.
+fn compiler(toolchains: &Toolchains) -> Result<CCompiler, BuildError> {
+    if check_zig(toolchains).is_ok() {
+        return Ok(CCompiler::Zig);
+    }
+    check_clang(toolchains)?;
+    Ok(CCompiler::Clang)
+}
+
 pub(crate) fn check(toolchains: &Toolchains) -> Result<(), BuildError> {
+    compiler(toolchains).map(|_| ())
+}
+
+fn check_clang(toolchains: &Toolchains) -> Result<(), BuildError> {
     let install = format!(
-        "apt-get install -y {}` (or `{}",
+        "apt-get install -y {}` as root, or `{}",
         PACKAGES.join(" "),
         toolchains.install_command(Language::C)
     );
@@ -73,12 +158,26 @@ pub(crate) fn check(toolchains: &Toolchains) -> Result<(), BuildError> {
     Ok(())
 }
 
-pub(crate) fn install() -> Result<(), BuildError> {
-    apt_install(&PACKAGES)
+pub(crate) fn install(toolchains: &Toolchains, compiler: CCompiler) -> Result<(), BuildError> {
+    match compiler {
+        CCompiler::Clang => apt_install(&PACKAGES),
+        CCompiler::Zig => install_venv(&zig_venv(toolchains), ZIG_REQUIREMENTS, ZIG),
+    }
+}
+
+/// Whether `compiler` is ready to build.
+pub(crate) fn check_compiler(
+    toolchains: &Toolchains,
+    compiler: CCompiler,
+) -> Result<(), BuildError> {
+    match compiler {
+        CCompiler::Clang => check_clang(toolchains),
+        CCompiler::Zig => check_zig(toolchains),
+    }
 }
 
 /// The `plugin` world of the WIT package in `wit`, parsed.
-fn world(wit: &Path) -> Result<(Resolve, WorldId), BuildError> {
+pub(crate) fn world(wit: &Path) -> Result<(Resolve, WorldId), BuildError> {
     let what = || format!("the WIT package in {}", wit.display());
     let mut resolve = Resolve::new();
     let (package, _) = resolve.push_dir(wit).map_err(|e| BuildError::Component {
@@ -145,39 +244,45 @@ fn componentize(core: &[u8]) -> Result<Vec<u8>, String> {
 }
 
 pub(crate) fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf, BuildError> {
-    check(&options.toolchains)?;
+    let compiler = compiler(&options.toolchains)?;
     let Project { name, dir, .. } = project;
     let work = options.work.join("c").join(name);
     let bindings = work.join("bindings");
     let (mut resolve, world) = world(&options.wit)?;
     write_bindings(&mut resolve, world, &bindings)?;
     let core = work.join(format!("{name}.core.wasm"));
-    let mut clang = Command::new(CLANG);
-    clang
-        .args([
-            "--target=wasm32-wasi",
-            "-mexec-model=reactor",
-            "-Os",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            // The generated bindings have parameters some plugins do not use.
-            "-Wno-unused-parameter",
-            "-Wl,--strip-debug",
-            "-I",
-        ])
-        .arg(&bindings)
-        .arg("-I")
-        .arg(dir)
-        .args(sources(dir)?)
-        .arg(bindings.join(format!("{WORLD}.c")))
-        .arg(bindings.join("kubeplug_sdk.c"))
-        .arg(bindings.join(format!("{WORLD}_component_type.o")))
-        .arg("-o")
-        .arg(&core);
+    let (mut cc, cc_name) = match compiler {
+        CCompiler::Clang => (Command::new(CLANG), CLANG),
+        CCompiler::Zig => {
+            let mut zig = zig(&options.toolchains, &work);
+            zig.arg("cc");
+            (zig, "zig cc")
+        }
+    };
+    cc.args([
+        "--target=wasm32-wasi",
+        "-mexec-model=reactor",
+        "-Os",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        // The generated bindings have parameters some plugins do not use.
+        "-Wno-unused-parameter",
+        "-Wl,--strip-debug",
+        "-I",
+    ])
+    .arg(&bindings)
+    .arg("-I")
+    .arg(dir)
+    .args(sources(dir)?)
+    .arg(bindings.join(format!("{WORLD}.c")))
+    .arg(bindings.join("kubeplug_sdk.c"))
+    .arg(bindings.join(format!("{WORLD}_component_type.o")))
+    .arg("-o")
+    .arg(&core);
     run(
-        &mut clang,
-        &format!("{CLANG} on the C sources of {}", dir.display()),
+        &mut cc,
+        &format!("{cc_name} on the C sources of {}", dir.display()),
     )?;
     let module = std::fs::read(&core).map_err(BuildError::io("reading", &core))?;
     let component = componentize(&module).map_err(|cause| BuildError::Component {

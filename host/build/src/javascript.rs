@@ -138,3 +138,57 @@ pub(crate) fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf
     )?;
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use wit_parser::WorldItem;
+
+    /// Every function the `plugin` world imports is declared in `kubeplug-wit.d.ts`, in the
+    /// module componentize-qjs binds it to: a WIT change that adds or renames one fails here
+    /// until the declarations follow.
+    #[test]
+    fn the_declarations_name_every_import_in_its_module() {
+        let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit");
+        let (resolve, world) = crate::c::world(&wit).unwrap();
+        let declarations = include_str!("../sdk/js/kubeplug-wit.d.ts");
+        let mut checked = 0;
+        for item in resolve.worlds[world].imports.values() {
+            let WorldItem::Interface { id, .. } = item else {
+                continue;
+            };
+            let interface = &resolve.interfaces[*id];
+            let Some(module) = resolve.id_of(*id) else {
+                continue;
+            };
+            if interface.functions.is_empty() {
+                continue;
+            }
+            let start = declarations
+                .find(&format!("declare module \"{module}\" {{"))
+                .unwrap_or_else(|| panic!("kubeplug-wit.d.ts lacks the module {module}"));
+            let body = &declarations[start..];
+            let body = &body[..body.find("\n}").expect("the module's block ends")];
+            for name in interface.functions.keys() {
+                let camel = camel_case(name);
+                let declared = body.contains(&format!("export function {camel}("))
+                    || body.contains(&format!("as {camel} }}"));
+                assert!(declared, "kubeplug-wit.d.ts: {module} lacks {camel}");
+                checked += 1;
+            }
+        }
+        assert!(checked >= 14, "{checked} functions checked");
+    }
+
+    fn camel_case(kebab: &str) -> String {
+        let mut words = kebab.split('-');
+        let mut camel = words.next().unwrap_or_default().to_owned();
+        for word in words {
+            let mut chars = word.chars();
+            camel.extend(chars.next().map(|c| c.to_ascii_uppercase()));
+            camel.push_str(chars.as_str());
+        }
+        camel
+    }
+}

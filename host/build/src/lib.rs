@@ -8,13 +8,14 @@
 //! | language | sources | built with |
 //! |---|---|---|
 //! | Rust | a crate declaring a `cdylib` | cargo, `wasm32-wasip2` (wit-bindgen's macro) |
-//! | C | every `*.c` of the directory | clang-19 against wasi-libc, then a component made in-process (wit-bindgen's C generator, `wit-component`, the preview-1 reactor adapter of the host's wasmtime) |
+//! | C | every `*.c` of the directory | clang-19 (or `zig cc`) against wasi-libc, then a component made in-process (wit-bindgen's C generator, `wit-component`, the preview-1 reactor adapter of the host's wasmtime) |
 //! | JavaScript | `handler.js`, an ES module exporting `handler` | `componentize-qjs` (QuickJS) |
 //! | Python | `handler.py`, a module defining `class Handler` | `componentize-py` (CPython) |
 //!
 //! The npm and PyPI tools are pinned by the files under `pins/`, which this crate carries,
 //! and installed by [`Toolchains::install`] into a directory of the caller's choosing; the
-//! Rust target comes from rustup and the C compiler from Debian's packages. When something
+//! Rust target comes from rustup and the C compiler from Debian's packages (as root) or PyPI's
+//! `ziglang`. When something
 //! is missing, the error names it and the command that installs it.
 
 use std::path::{Path, PathBuf};
@@ -28,20 +29,29 @@ mod python;
 mod rust;
 mod toolchains;
 
+pub use c::CCompiler;
 pub use project::ProjectError;
 pub use rust::{WASM_TARGET, build_crates};
 pub use toolchains::{Toolchains, data_dir};
 
-/// The types of the JavaScript SDK (`./kubeplug.js`, staged by [`build`]), for a project's
-/// editor: `kubeplug new` writes them into a JavaScript project as `kubeplug.d.ts`.
-pub const JAVASCRIPT_SDK_TYPES: &str = include_str!("../sdk/js/kubeplug.d.ts");
+/// The TypeScript declarations of a JavaScript plugin (file name, text), for its editor and
+/// `tsc --checkJs`; `kubeplug new` writes them into a JavaScript project: `kubeplug.d.ts`,
+/// the types of the SDK (`./kubeplug.js`, staged by [`build`]), and `kubeplug-wit.d.ts`,
+/// the WIT's records and the host's imports as componentize-qjs binds them.
+pub const JAVASCRIPT_TYPES: [(&str, &str); 2] = [
+    ("kubeplug.d.ts", include_str!("../sdk/js/kubeplug.d.ts")),
+    (
+        "kubeplug-wit.d.ts",
+        include_str!("../sdk/js/kubeplug-wit.d.ts"),
+    ),
+];
 
 /// A guest language.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Language {
     /// A crate built for `wasm32-wasip2`.
     Rust,
-    /// C sources built with clang-19 and wasi-libc.
+    /// C sources built with clang-19 or `zig cc`, and wasi-libc.
     C,
     /// An ES module built with `componentize-qjs`.
     JavaScript,

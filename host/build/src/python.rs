@@ -1,9 +1,11 @@
 //! Python guests: `handler.py`, a module defining `class Handler` (the WIT interface's
 //! functions as methods), built by `componentize-py` (CPython compiled to Wasm, snapshotted
 //! with Wizer) at the version `pins/requirements.txt` pins, installed into a virtual
-//! environment (so it works on Debian's externally-managed Python too).
+//! environment (so it works on Debian's externally-managed Python too). The SDK
+//! (`sdk/python/kubeplug.py`) is staged into a directory of its own, on the Python path after
+//! the plugin's, so a handler imports it as `kubeplug`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::process::{apt_install, create_dir, run, up_to_date};
@@ -14,6 +16,12 @@ pub(crate) const ENTRY: &str = "handler.py";
 
 /// The PyPI package that builds the components.
 const TOOL: &str = "componentize-py";
+
+/// The SDK, staged as the module `kubeplug`.
+const SDK: &str = include_str!("../sdk/python/kubeplug.py");
+
+/// The SDK's file name in its staging directory.
+const SDK_FILE: &str = "kubeplug.py";
 
 const REQUIREMENTS: &str = include_str!("../pins/requirements.txt");
 
@@ -28,11 +36,17 @@ fn tool(toolchains: &Toolchains) -> PathBuf {
 
 /// The version `requirements.txt` pins the tool to.
 fn pinned() -> &'static str {
-    REQUIREMENTS
+    pinned_in(REQUIREMENTS, TOOL)
+}
+
+/// The version `requirements` (the text of a requirements file under `pins/`) pins
+/// `package` to.
+pub(crate) fn pinned_in(requirements: &'static str, package: &str) -> &'static str {
+    requirements
         .lines()
-        .find_map(|line| line.trim().strip_prefix(TOOL)?.strip_prefix("=="))
+        .find_map(|line| line.trim().strip_prefix(package)?.strip_prefix("=="))
         .map(str::trim)
-        .expect("pins/requirements.txt pins the tool")
+        .unwrap_or_else(|| panic!("a file under pins/ pins {package}"))
 }
 
 /// Whether `python3` can make a virtual environment with pip in it.
@@ -64,22 +78,26 @@ pub(crate) fn check(toolchains: &Toolchains) -> Result<(), BuildError> {
 }
 
 pub(crate) fn install(toolchains: &Toolchains) -> Result<(), BuildError> {
+    install_venv(&venv(toolchains), REQUIREMENTS, TOOL)
+}
+
+/// Makes a virtual environment at `venv` and installs `requirements` (the text of a
+/// requirements file) into it: the PyPI tools of every language that takes one.
+pub(crate) fn install_venv(venv: &Path, requirements: &str, what: &str) -> Result<(), BuildError> {
     if !has_venv() {
         apt_install(&["python3", "python3-venv"])?;
     }
-    let venv = venv(toolchains);
     run(
-        Command::new("python3").args(["-m", "venv"]).arg(&venv),
+        Command::new("python3").args(["-m", "venv"]).arg(venv),
         &format!("python3 -m venv {}", venv.display()),
     )?;
-    let requirements = venv.join("kubeplug-requirements.txt");
-    std::fs::write(&requirements, REQUIREMENTS)
-        .map_err(BuildError::io("writing", &requirements))?;
+    let file = venv.join("kubeplug-requirements.txt");
+    std::fs::write(&file, requirements).map_err(BuildError::io("writing", &file))?;
     run(
         Command::new(venv.join("bin").join("pip"))
             .args(["install", "--disable-pip-version-check", "-r"])
-            .arg(&requirements),
-        &format!("pip install {TOOL} into {}", venv.display()),
+            .arg(&file),
+        &format!("pip install {what} into {}", venv.display()),
     )
 }
 
@@ -89,9 +107,16 @@ pub(crate) fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf
     let work = options.work.join("python");
     create_dir(&work)?;
     let out = work.join(format!("{name}.wasm"));
+    // Written only when it changed, so that its time stamp says when it did.
+    let sdk = work.join("sdk");
+    create_dir(&sdk)?;
+    let staged_sdk = sdk.join(SDK_FILE);
+    if std::fs::read_to_string(&staged_sdk).ok().as_deref() != Some(SDK) {
+        std::fs::write(&staged_sdk, SDK).map_err(BuildError::io("writing", &staged_sdk))?;
+    }
     // The tool itself stands for its version: reinstalling it makes it newer.
     let tool = tool(&options.toolchains);
-    if up_to_date(&out, &[dir, &options.wit, &tool])? {
+    if up_to_date(&out, &[dir, &options.wit, &tool, &sdk])? {
         return Ok(out);
     }
     let mut componentize = Command::new(&tool);
@@ -99,8 +124,11 @@ pub(crate) fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf
         .arg("--wit-path")
         .arg(&options.wit)
         .args(["--world", "plugin", "componentize", "handler"])
+        // The plugin's own modules first: they are what its imports mean.
         .arg("--python-path")
         .arg(dir)
+        .arg("--python-path")
+        .arg(&sdk)
         .arg("--output")
         .arg(&out);
     run(

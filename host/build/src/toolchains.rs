@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{BuildError, Language, c, javascript, python, rust};
+use crate::{BuildError, CCompiler, Language, c, javascript, python, rust};
 
 /// kubeplug's data directory: `$XDG_DATA_HOME/kubeplug`, else
 /// `$HOME/.local/share/kubeplug`. It holds the toolchains and the SDKs.
@@ -17,8 +17,9 @@ pub fn data_dir() -> Option<PathBuf> {
 }
 
 /// The directory holding the installed npm and PyPI tools (`js/`: `componentize-qjs`,
-/// `python/`: a virtual environment with `componentize-py`), at the versions this crate
-/// pins. Rust's target and the C compiler are the system's.
+/// `python/`: a virtual environment with `componentize-py`, `c/`: one with `ziglang` when
+/// C is installed without root), at the versions this crate pins. Rust's target, and
+/// clang-19 when C is installed as root, are the system's.
 #[derive(Debug, Clone)]
 pub struct Toolchains {
     dir: PathBuf,
@@ -77,18 +78,34 @@ impl Toolchains {
     }
 
     /// Installs what [`check`](Self::check) wants for `language`, unless it is satisfied:
-    /// `rustup target add`, `apt-get install` (as root or through sudo), `npm ci` or
-    /// `pip install` of the pinned versions. Checks again afterwards.
+    /// `rustup target add`, `npm ci` or `pip install` of the pinned versions, and for C
+    /// [`CCompiler::default_for_user`]. Checks again afterwards.
     pub fn install(&self, language: Language) -> Result<(), BuildError> {
         if self.check(language).is_ok() {
             return Ok(());
         }
         match language {
             Language::Rust => rust::install()?,
-            Language::C => c::install()?,
+            Language::C => return self.install_c(CCompiler::default_for_user()),
             Language::JavaScript => javascript::install(self)?,
             Language::Python => python::install(self)?,
         }
         self.check(language)
+    }
+
+    /// Fails with what `compiler` lacks to build C plugins, and the command that installs it.
+    pub fn check_c(&self, compiler: CCompiler) -> Result<(), BuildError> {
+        c::check_compiler(self, compiler)
+    }
+
+    /// Installs `compiler` for C plugins unless it is ready: `apt-get install` of clang-19's
+    /// packages (as root or through sudo), or `pip install` of the pinned `ziglang` here.
+    /// Builds take zig when it is here, clang-19 otherwise.
+    pub fn install_c(&self, compiler: CCompiler) -> Result<(), BuildError> {
+        if self.check_c(compiler).is_ok() {
+            return Ok(());
+        }
+        c::install(self, compiler)?;
+        self.check_c(compiler)
     }
 }

@@ -102,8 +102,8 @@ pub(crate) struct BuildArgs {
     #[arg(value_name = "DIR", default_value = ".")]
     pub(crate) dir: PathBuf,
 
-    /// Where `kubeplug toolchains install` put the JavaScript and Python tools [default:
-    /// $XDG_DATA_HOME/kubeplug/toolchains].
+    /// Where `kubeplug toolchains install` put the JavaScript, Python and zig tools
+    /// [default: $XDG_DATA_HOME/kubeplug/toolchains].
     #[arg(long, env = "KUBEPLUG_TOOLCHAINS", value_name = "DIR")]
     pub(crate) toolchains: Option<PathBuf>,
 }
@@ -112,9 +112,9 @@ pub(crate) struct BuildArgs {
 #[derive(Debug, Subcommand)]
 pub(crate) enum ToolchainsCommand {
     /// Install what building plugins in LANG needs (every language when none is given):
-    /// the Rust target with rustup, clang-19 and wasi-libc from Debian's packages (as root
-    /// or through sudo), componentize-qjs from npm and componentize-py from PyPI at pinned
-    /// versions. What is already there is left alone.
+    /// the Rust target with rustup, for C clang-19 and wasi-libc from Debian's packages as
+    /// root or else zig from PyPI, componentize-qjs from npm and componentize-py from PyPI,
+    /// at pinned versions. What is already there is left alone.
     Install(ToolchainsInstallArgs),
 }
 
@@ -125,10 +125,22 @@ pub(crate) struct ToolchainsInstallArgs {
     #[arg(value_name = "LANG")]
     pub(crate) languages: Vec<String>,
 
-    /// Where to put the JavaScript and Python tools [default:
+    /// Where to put the JavaScript, Python and zig tools [default:
     /// $XDG_DATA_HOME/kubeplug/toolchains].
     #[arg(long, env = "KUBEPLUG_TOOLCHAINS", value_name = "DIR")]
     pub(crate) dir: Option<PathBuf>,
+
+    /// The C compiler to install: `clang` (Debian's packages, needs root) or `zig` (PyPI,
+    /// under --dir; builds use it whenever it is there) [default: clang as root, else zig].
+    #[arg(long, value_name = "COMPILER")]
+    pub(crate) c_compiler: Option<CCompilerArg>,
+}
+
+/// The C compilers `kubeplug toolchains install c` can install.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CCompilerArg {
+    Clang,
+    Zig,
 }
 
 /// Flags of `kubeplug check`.

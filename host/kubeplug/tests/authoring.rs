@@ -239,6 +239,128 @@ fn toolchains_install_leaves_what_is_installed_alone() {
     );
 }
 
+/// Issue 21: a user without root gets zig from PyPI for C (`--c-compiler zig` chooses it as
+/// root), and a C project builds with it. Installed under `target/test-toolchains/zig` and
+/// kept, as `target/toolchains` is: zig builds its wasi-libc there once.
+#[test]
+fn a_c_project_builds_with_zig_from_pypi() {
+    let scratch = Scratch::empty();
+    let toolchains = repository().join("target/test-toolchains/zig");
+    let output = scratch
+        .kubeplug()
+        .args(["toolchains", "install", "c", "--c-compiler", "zig", "--dir"])
+        .arg(&toolchains)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stdout).starts_with("c: "),
+        "{}",
+        text(&output.stdout)
+    );
+
+    let output = new(&scratch, &["hello-zig", "--lang", "c"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let dir = scratch.dir.path().join("projects/hello-zig");
+    let output = scratch
+        .kubeplug()
+        .arg("build")
+        .arg("--toolchains")
+        .arg(&toolchains)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    // zig's cache holds the wasi-libc it built: zig compiled the plugin, not clang-19.
+    let built = std::fs::read_dir(toolchains.join("c/cache/o"))
+        .unwrap()
+        .any(|entry| entry.unwrap().path().join("libc.a").is_file());
+    assert!(built, "no libc.a in zig's cache");
+    let output = scratch
+        .kubeplug()
+        .args(["test", "hello-zig.wasm", "--events", "events.yaml"])
+        .args(["--config", "kubeplug.toml"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
+    assert!(
+        stdout.contains("events_total{change=\"deleted\"} 1 (counter)"),
+        "{stdout}"
+    );
+}
+
+/// `tsc -p DIR` with the TypeScript `cargo xtask install-toolchains` installed.
+fn typecheck(dir: &Path) -> Output {
+    let tsc = repository().join("target/toolchains/typescript/node_modules/typescript/bin/tsc");
+    assert!(
+        tsc.is_file(),
+        "no {}: run `cargo xtask install-toolchains`",
+        tsc.display()
+    );
+    Command::new("node")
+        .arg(tsc)
+        .arg("-p")
+        .arg(dir)
+        .output()
+        .unwrap()
+}
+
+/// Issue 21: the JavaScript SDK's declarations type the templates and label-audit-js, and
+/// `tsc` over them (the `typecheck` script of a new project) catches a wrong call.
+#[test]
+fn javascript_projects_type_check_against_the_sdk_declarations() {
+    let scratch = Scratch::with_toolchains();
+    for (name, mode) in [("typed-events", "events"), ("typed-sync", "reconcile")] {
+        let output = new(&scratch, &[name, "--lang", "javascript", "--mode", mode]);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let dir = scratch.dir.path().join("projects").join(name);
+        let output = typecheck(&dir);
+        assert!(output.status.success(), "{name}: {}", text(&output.stdout));
+    }
+    // label-audit-js, with the files a new project has besides its sources.
+    let dir = scratch.project(
+        "label-audit-js",
+        ("package.json", r#"{"name": "label-audit-js"}"#),
+    );
+    let events = scratch.dir.path().join("projects/typed-events");
+    for file in ["tsconfig.json", "kubeplug.d.ts", "kubeplug-wit.d.ts"] {
+        std::fs::copy(events.join(file), dir.join(file)).unwrap();
+    }
+    let output = typecheck(&dir);
+    assert!(output.status.success(), "{}", text(&output.stdout));
+    // A misspelt subscription field and a wrong argument to a host import are caught.
+    let handler = events.join("handler.js");
+    let source = std::fs::read_to_string(&handler).unwrap();
+    let broken = source.replace(
+        "subscription(CONFIG_MAPS)",
+        "subscription(CONFIG_MAPS, { wantsObjectJSON: true })",
+    );
+    assert_ne!(
+        broken, source,
+        "the template subscribes as the test expects"
+    );
+    std::fs::write(&handler, broken).unwrap();
+    let stdout = text(&typecheck(&events).stdout);
+    assert!(
+        stdout.contains("'wantsObjectJSON' does not exist"),
+        "{stdout}"
+    );
+    let dir = scratch.dir.path().join("projects/typed-sync");
+    let handler = dir.join("handler.js");
+    let source = std::fs::read_to_string(&handler).unwrap();
+    let broken = source.replace("get(resourceType, key)", "get(key, resourceType)");
+    assert_ne!(
+        broken, source,
+        "the template reads the cache as the test expects"
+    );
+    std::fs::write(&handler, broken).unwrap();
+    let stdout = text(&typecheck(&dir).stdout);
+    assert!(stdout.contains("handler.js"), "{stdout}");
+    assert!(stdout.contains("error TS2345"), "{stdout}");
+}
+
 /// `kubeplug new` in the scratch directory's `projects/`.
 fn new(scratch: &Scratch, args: &[&str]) -> Output {
     let projects = scratch.dir.path().join("projects");
@@ -364,26 +486,26 @@ fn new_projects_build_check_and_replay_their_sample_events() {
         );
         assert!(stdout.contains(replayed), "{name}: {stdout}");
     }
-    // The JavaScript SDK's settings reader refuses what is not an object.
-    let output = scratch
-        .kubeplug()
-        .args([
-            "test",
-            "hello-js.wasm",
-            "--events",
-            "events.yaml",
-            "--settings",
-            "[1]",
-        ])
-        .args(["--config", "kubeplug.toml"])
-        .current_dir(scratch.dir.path().join("projects/hello-js"))
-        .output()
-        .unwrap();
-    assert!(
-        text(&output.stderr).contains("invalid settings: expected an object"),
-        "{}",
-        text(&output.stderr)
-    );
+    // The JavaScript and Python SDKs' settings readers refuse what is not an object.
+    for project in ["hello-js", "hello-py"] {
+        let output = scratch
+            .kubeplug()
+            .args([
+                "test",
+                &format!("{project}.wasm"),
+                "--events",
+                "events.yaml",
+            ])
+            .args(["--settings", "[1]", "--config", "kubeplug.toml"])
+            .current_dir(scratch.dir.path().join("projects").join(project))
+            .output()
+            .unwrap();
+        assert!(
+            text(&output.stderr).contains("invalid settings: expected an object"),
+            "{project}: {}",
+            text(&output.stderr)
+        );
+    }
     // The SDK a Rust project refers to is written again when missing (another machine, a
     // data directory wiped).
     std::fs::remove_dir_all(scratch.data().join("kubeplug/sdk")).unwrap();

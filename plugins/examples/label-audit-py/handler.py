@@ -5,79 +5,43 @@ For each object missing one of the labels, it logs a warning and records a Warni
 (`MissingLabels`) on the object. It reads typed metadata only: no JSON parsing of objects.
 Settings: {"required_labels": ["app.kubernetes.io/name"]} (the default).
 
-Bindings (componentize-py, module `wit_world`): WIT records are dataclasses, options are
-`None` or the value, variants one class per case; an exported `result<_, string>` is an
-error when the method raises `Err(message)`, and an imported function returning `result`
-raises `Err(error)`.
+Built on kubeplug's Python SDK (the module `kubeplug`, which `kubeplug build` puts on the
+path); the rest is componentize-py's bindings, the module `wit_world`.
 """
 
 import json
-from typing import List, Optional
+from typing import List
 
-from componentize_py_types import Err
-from wit_world import exports
-from wit_world.exports.handler import (
-    Delivery_Events,
+import kubeplug
+from kubeplug import (
     Description,
-    KeyMapping_OwnKey,
+    Err,
+    Event,
+    EventType,
     MetaFields,
-    ReconcileResult,
-    ReconcileResult_Done,
-    Subscription,
+    ObjectRef,
     WriteRequest,
     WriteVerb,
 )
-from wit_world.imports import cluster, log
-from wit_world.imports.types import (
-    Error_NotPermitted,
-    Event,
-    EventType,
-    Gvk,
-    Label,
-    ObjectRef,
-)
+from wit_world.imports import cluster
 
-DEPLOYMENTS = Gvk(group="apps", version="v1", kind="Deployment")
-PODS = Gvk(group="", version="v1", kind="Pod")
+DEPLOYMENTS = kubeplug.gvk("apps", "v1", "Deployment")
+PODS = kubeplug.gvk("", "v1", "Pod")
 
 # The labels every object must carry, from the settings.
 required: List[str] = []
 
 
-def subscription(resource_type: Gvk) -> Subscription:
-    return Subscription(
-        resource_type=resource_type,
-        namespace=None,
-        label_selector=None,
-        field_selector=None,
-        resync_period_ms=None,
-        # Only the labels: namespace and name always come, and the rest would cost every event.
-        meta_fields=MetaFields.LABELS,
-        wants_object_json=False,
-        wants_old_json=False,
-        enqueue=KeyMapping_OwnKey(),
-    )
+def case_name(tag: str) -> str:
+    """`not-permitted` → `NotPermitted`, as the Rust port prints error cases."""
+    return "".join(word.capitalize() for word in tag.split("-"))
 
 
-def warn(message: str, **fields: str) -> None:
-    log.log(log.Level.WARN, message, [Label(key=k, value=v) for k, v in fields.items()])
-
-
-def case_name(error: object) -> str:
-    """`Error_NotPermitted` → `NotPermitted`, as the Rust port prints error cases."""
-    return type(error).__name__.removeprefix("Error_")
-
-
-class Handler(exports.Handler):
+class Handler(kubeplug.Handler):
     def init(self, settings: str) -> None:
         global required
-        try:
-            config = json.loads(settings)
-        except ValueError as e:
-            raise Err(f"invalid settings: {e}")
-        if not isinstance(config, dict):
-            raise Err("invalid settings: expected an object")
-        labels = config.get("required_labels", ["app.kubernetes.io/name"])
+        config = kubeplug.settings(settings, {"required_labels": ["app.kubernetes.io/name"]})
+        labels = config["required_labels"]
         if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
             raise Err("invalid settings: required_labels must be a list of strings")
         if not labels:
@@ -85,23 +49,15 @@ class Handler(exports.Handler):
         required = labels
 
     def describe(self) -> Description:
-        return Description(
-            name="label-audit-py",
-            version="0.1.0",
-            subscriptions=[subscription(DEPLOYMENTS), subscription(PODS)],
-            delivery=Delivery_Events(),
-            indexes=[],
-            reads=[],
-            writes=[
-                WriteRequest(resource_type=gvk, verbs=[WriteVerb.RECORD_EVENT])
-                for gvk in (DEPLOYMENTS, PODS)
-            ],
-        )
-
-    def handle_events(self, batch: List[Event]) -> None:
-        # Stops at the first failure, like the Rust SDK: the host retries the whole batch.
-        for event in batch:
-            self.on_event(event)
+        # Only the labels: namespace and name always come, and the rest would cost every event.
+        subscriptions = [
+            kubeplug.subscription(gvk, meta_fields=MetaFields.LABELS) for gvk in (DEPLOYMENTS, PODS)
+        ]
+        writes = [
+            WriteRequest(resource_type=gvk, verbs=[WriteVerb.RECORD_EVENT])
+            for gvk in (DEPLOYMENTS, PODS)
+        ]
+        return kubeplug.description("label-audit-py", "0.1.0", subscriptions, writes=writes)
 
     def on_event(self, event: Event) -> None:
         if event.change == EventType.DELETED:
@@ -112,9 +68,11 @@ class Handler(exports.Handler):
         if not missing:
             return
         resource_type = DEPLOYMENTS if event.subscription == 0 else PODS
-        key = meta.name if meta.namespace is None else f"{meta.namespace}/{meta.name}"
+        key = kubeplug.key(meta)
         missing_text = ", ".join(missing)
-        warn("object lacks required labels", kind=resource_type.kind, key=key, missing=missing_text)
+        kubeplug.warn(
+            "object lacks required labels", kind=resource_type.kind, key=key, missing=missing_text
+        )
         regarding = ObjectRef(resource_type=resource_type, namespace=meta.namespace, name=meta.name)
         try:
             cluster.record_event(
@@ -124,17 +82,11 @@ class Handler(exports.Handler):
                 f"missing required labels: {missing_text}",
             )
         except Err as e:
-            if isinstance(e.value, Error_NotPermitted):
+            error = kubeplug.host_error(e)
+            if error.tag == "not-permitted":
                 # Without the grant the audit still logs; the operator sees why no Event appears.
-                warn("cannot record an Event", why=e.value.value)
+                kubeplug.warn("cannot record an Event", why=error.message)
                 return
             raise Err(
-                f"recording an Event on {key}: {case_name(e.value)}({json.dumps(e.value.value)})"
+                f"recording an Event on {key}: {case_name(error.tag)}({json.dumps(error.message)})"
             )
-
-    # Events mode only: the host never calls these; answer like the Rust SDK's defaults.
-    def reconcile(self, resource_type: Gvk, namespace: Optional[str], name: str) -> ReconcileResult:
-        return ReconcileResult_Done()
-
-    def map_event(self, event: Event) -> List[ObjectRef]:
-        return []

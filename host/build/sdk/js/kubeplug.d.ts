@@ -1,58 +1,26 @@
 // Types of kubeplug's JavaScript SDK (`./kubeplug.js`, which `kubeplug build` stages beside
-// the plugin's sources), for editors and `tsc --checkJs`. The records are the WIT's
-// (wit/*.wit), in camelCase.
+// the plugin's sources), for editors and `tsc --checkJs`. The records are the WIT's, from
+// `kubeplug-wit.d.ts`.
 
-export interface Gvk { group: string; version: string; kind: string }
-export interface Label { key: string; value: string }
-export interface OwnerReference { apiVersion: string; kind: string; name: string; uid: string; controller: boolean }
-export interface ObjectMeta {
-  namespace: string | null;
-  name: string;
-  uid: string | null;
-  resourceVersion: string;
-  generation: bigint | number | null;
-  labels: Label[];
-  ownerReferences: OwnerReference[];
-  deletionTimestamp: string | null;
-}
-export type EventType = "added" | "updated" | "deleted";
-export interface Event {
-  subscription: number;
-  change: EventType;
-  inInitialList: boolean;
-  resync: boolean;
-  tombstone: boolean;
-  meta: ObjectMeta;
-  objectJson: string | null;
-  oldJson: string | null;
-}
-export interface CachedObject { meta: ObjectMeta; json: string }
-export type HostError = { tag: "not-found" | "not-permitted" | "invalid-input" | "conflict" | "unavailable"; val: string };
-export type Level = "trace" | "debug" | "info" | "warn" | "error";
-export interface MetaFields { uid: boolean; labels: boolean; ownerReferences: boolean; deletionTimestamp: boolean }
-export type KeyMapping = { tag: "own-key" } | { tag: "owner"; val: Gvk } | { tag: "computed" };
-export interface Subscription {
-  resourceType: Gvk;
-  namespace: string | null;
-  labelSelector: string | null;
-  fieldSelector: string | null;
-  resyncPeriodMs: bigint | number | null;
-  metaFields: MetaFields;
-  wantsObjectJson: boolean;
-  wantsOldJson: boolean;
-  enqueue: KeyMapping;
-}
-export interface Description {
-  name: string;
-  version: string;
-  subscriptions: Subscription[];
-  delivery: { tag: "events" } | { tag: "reconcile"; val: number };
-  indexes: unknown[];
-  reads: Gvk[];
-  writes: { resourceType: Gvk; verbs: string[] }[];
-}
-export type ReconcileResult = { tag: "done" } | { tag: "requeue-after"; val: number } | { tag: "error"; val: string };
-export interface ObjectRef { resourceType: Gvk; namespace: string | null; name: string }
+/// <reference path="./kubeplug-wit.d.ts" />
+
+export type Gvk = KubeplugWit.Gvk;
+export type Label = KubeplugWit.Label;
+export type OwnerReference = KubeplugWit.OwnerReference;
+export type ObjectMeta = KubeplugWit.ObjectMeta;
+export type EventType = KubeplugWit.EventType;
+export type Event = KubeplugWit.Event;
+export type CachedObject = KubeplugWit.CachedObject;
+export type HostError = KubeplugWit.HostError;
+export type Level = KubeplugWit.Level;
+export type MetaFields = KubeplugWit.MetaFields;
+export type KeyMapping = KubeplugWit.KeyMapping;
+export type Subscription = KubeplugWit.Subscription;
+export type IndexDecl = KubeplugWit.IndexDecl;
+export type WriteRequest = KubeplugWit.WriteRequest;
+export type Description = KubeplugWit.Description;
+export type ReconcileResult = KubeplugWit.ReconcileResult;
+export type ObjectRef = KubeplugWit.ObjectRef;
 
 export function gvk(group: string, version: string, kind: string): Gvk;
 export function key(meta: ObjectMeta): string;
@@ -70,9 +38,9 @@ export function description(parts: {
   version: string;
   subscriptions: Subscription[];
   workers?: number | null;
-  indexes?: unknown[];
+  indexes?: IndexDecl[];
   reads?: Gvk[];
-  writes?: { resourceType: Gvk; verbs: string[] }[];
+  writes?: WriteRequest[];
 }): Description;
 export function settings<T extends object>(json: string, defaults?: T): T & Record<string, unknown>;
 export function done(): ReconcileResult;

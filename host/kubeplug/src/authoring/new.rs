@@ -40,10 +40,14 @@ const PYTHON: [Template; 2] = [
     (".gitignore", include_str!("templates/python/gitignore")),
 ];
 
-const JAVASCRIPT: [Template; 2] = [
+const JAVASCRIPT: [Template; 3] = [
     (
         "package.json",
         include_str!("templates/javascript/package.json"),
+    ),
+    (
+        "tsconfig.json",
+        include_str!("templates/javascript/tsconfig.json"),
     ),
     (".gitignore", include_str!("templates/javascript/gitignore")),
 ];
@@ -132,10 +136,9 @@ pub(crate) async fn new(args: NewArgs) -> anyhow::Result<()> {
     match args.lang {
         NewLanguage::Rust => lock(&dir),
         NewLanguage::Javascript => {
-            write(
-                &dir.join("kubeplug.d.ts"),
-                kubeplug_build::JAVASCRIPT_SDK_TYPES,
-            )?;
+            for (file, text) in kubeplug_build::JAVASCRIPT_TYPES {
+                write(&dir.join(file), text)?;
+            }
         }
         NewLanguage::Python | NewLanguage::C => {}
     }

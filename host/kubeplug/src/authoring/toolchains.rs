@@ -3,9 +3,9 @@
 use std::time::Instant;
 
 use anyhow::{Context as _, anyhow};
-use kubeplug_build::Language;
+use kubeplug_build::{CCompiler, Language};
 
-use crate::cli::ToolchainsInstallArgs;
+use crate::cli::{CCompilerArg, ToolchainsInstallArgs};
 
 /// Installs the toolchains of `args.languages` (all when none is named), saying for each
 /// whether it was there already or how long its install took.
@@ -22,15 +22,26 @@ pub(crate) async fn install(args: ToolchainsInstallArgs) -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<_>>()?
     };
+    let c_compiler = match args.c_compiler {
+        None => CCompiler::default_for_user(),
+        Some(CCompilerArg::Clang) => CCompiler::Clang,
+        Some(CCompilerArg::Zig) => CCompiler::Zig,
+    };
     let toolchains = super::toolchains(args.dir)?;
     for language in languages {
         let toolchains = toolchains.clone();
         let started = Instant::now();
-        let already = toolchains.check(language).is_ok();
-        tokio::task::spawn_blocking(move || toolchains.install(language))
-            .await
-            .context("the install thread failed")?
-            .with_context(|| format!("installing the {language} toolchain"))?;
+        let already = match language {
+            Language::C => toolchains.check_c(c_compiler).is_ok(),
+            _ => toolchains.check(language).is_ok(),
+        };
+        tokio::task::spawn_blocking(move || match language {
+            Language::C => toolchains.install_c(c_compiler),
+            _ => toolchains.install(language),
+        })
+        .await
+        .context("the install thread failed")?
+        .with_context(|| format!("installing the {language} toolchain"))?;
         // Progress of this command, as its output.
         #[allow(clippy::print_stdout)]
         if already {
