@@ -552,32 +552,47 @@ fn new_refuses_a_bad_name_or_a_directory_in_use_before_writing_anything() {
     );
 }
 
-/// Issue 21: the loop of a plugin author with a host running on a laptop: a new project
-/// built and dropped into `kubeplug run --local`, its effect seen, an edit rebuilt and
-/// dropped in again, and the new version seen at once (`--replay-on-swap`) and on a change.
+/// Issue 21: the loop of a plugin author with a host running on a laptop, in every
+/// language: new projects built and dropped into one `kubeplug run --local`, their effect
+/// seen, each edited, rebuilt and dropped in again, and every new version seen at once
+/// (`--replay-on-swap`) and on a change.
 #[test]
-fn a_new_plugin_runs_and_reloads_in_a_local_host() {
+fn new_plugins_run_and_reload_in_a_local_host() {
     let scratch = Scratch::with_toolchains();
-    let output = new(&scratch, &["hello-js", "--lang", "javascript"]);
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let dir = scratch.dir.path().join("projects/hello-js");
-    let build_into = |plugins: &Path| {
-        let output = scratch.build(&dir);
-        assert!(output.status.success(), "{}", text(&output.stderr));
-        // Copied as an author would copy it: the host waits until the file is complete.
-        std::fs::copy(dir.join("hello-js.wasm"), plugins.join("hello-js.wasm")).unwrap();
-    };
+    let projects = [
+        ("live-rs", "rust", "src/lib.rs"),
+        ("live-c", "c", "handler.c"),
+        ("live-js", "javascript", "handler.js"),
+        ("live-py", "python", "handler.py"),
+    ];
     let plugins = scratch.dir.path().join("plugins");
     let cluster = scratch.dir.path().join("cluster");
     std::fs::create_dir_all(&plugins).unwrap();
     std::fs::create_dir_all(&cluster).unwrap();
+    let dir = |name: &str| scratch.dir.path().join("projects").join(name);
+    let build_into_plugins = |name: &str| {
+        let output = scratch.build(&dir(name));
+        assert!(output.status.success(), "{name}: {}", text(&output.stderr));
+        // Copied as an author would copy it: the host waits until the file is complete.
+        let file = format!("{name}.wasm");
+        std::fs::copy(dir(name).join(&file), plugins.join(&file)).unwrap();
+    };
+    // One host configuration holding every project's section.
+    let mut config = String::new();
+    for (name, lang, _) in projects {
+        let output = new(&scratch, &[name, "--lang", lang]);
+        assert!(output.status.success(), "{name}: {}", text(&output.stderr));
+        config += &std::fs::read_to_string(dir(name).join("kubeplug.toml")).unwrap();
+        build_into_plugins(name);
+    }
+    let config_file = scratch.dir.path().join("kubeplug.toml");
+    std::fs::write(&config_file, config).unwrap();
     let config_map = |greeting: &str| {
         format!(
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: web-config, namespace: default}}\ndata: {{greeting: {greeting}}}\n"
         )
     };
     std::fs::write(cluster.join("cm.yaml"), config_map("hello")).unwrap();
-    build_into(&plugins);
 
     let host = Host::start([
         "--local".as_ref(),
@@ -585,42 +600,55 @@ fn a_new_plugin_runs_and_reloads_in_a_local_host() {
         "--plugins".as_ref(),
         plugins.as_os_str(),
         "--config".as_ref(),
-        dir.join("kubeplug.toml").as_os_str(),
+        config_file.as_os_str(),
         "--replay-on-swap".as_ref(),
     ]);
-    let logged = |message: &str, change: &str| {
+    let logged = |name: &str, message: &str, change: &str| {
         host.stderr_lines().iter().any(|line| {
             line.contains(&format!(" {message} "))
-                && line.contains("hello-js")
+                && line.contains(name)
                 && line.contains(&format!("change=\"{change}\""))
                 && line.contains("default/web-config")
         })
     };
-    wait_until("the plugin logs the ConfigMap", || {
-        logged("event", "added").then_some(())
-    });
+    let wait_for_all = |what: &str, message: &str, change: &str| {
+        for (name, _, _) in projects {
+            wait_until(&format!("{name}: {what}"), || {
+                logged(name, message, change).then_some(())
+            });
+        }
+    };
+    wait_for_all("the plugin logs the ConfigMap", "event", "added");
 
-    let handler = dir.join("handler.js");
-    let source = std::fs::read_to_string(&handler).unwrap();
-    let edited = source
-        .replace(r#"info("event", {"#, r#"info("seen", {"#)
-        .replace(r#"version: "0.1.0""#, r#"version: "0.2.0""#);
-    assert_ne!(source, edited, "the template logs \"event\"");
-    std::fs::write(&handler, edited).unwrap();
-    build_into(&plugins);
-    wait_until("the new version is handed the ConfigMap again", || {
-        logged("seen", "added").then_some(())
-    });
+    for (name, _, handler) in projects {
+        let handler = dir(name).join(handler);
+        let source = std::fs::read_to_string(&handler).unwrap();
+        let edited =
+            source
+                .replacen(r#""event","#, r#""seen","#, 1)
+                .replacen(r#""0.1.0""#, r#""0.2.0""#, 1);
+        assert_ne!(source, edited, "{name}: the template logs \"event\"");
+        std::fs::write(&handler, edited).unwrap();
+        build_into_plugins(name);
+    }
+    wait_for_all(
+        "the new version is handed the ConfigMap again",
+        "seen",
+        "added",
+    );
     std::fs::write(cluster.join("cm.yaml"), config_map("bonjour")).unwrap();
-    wait_until("the new version sees the change", || {
-        logged("seen", "updated").then_some(())
-    });
+    wait_for_all("the new version sees the change", "seen", "updated");
     let status: serde_json::Value = serde_json::from_str(&host.get("/plugins").1).unwrap();
-    let versions: Vec<&serde_json::Value> = status
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| &p["version"])
-        .collect();
-    assert!(versions.contains(&&serde_json::json!("0.2.0")), "{status}");
+    for (name, _, _) in projects {
+        let plugin = status
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"] == name);
+        assert_eq!(
+            plugin.map(|p| &p["version"]),
+            Some(&serde_json::json!("0.2.0")),
+            "{name}: {status}"
+        );
+    }
 }
