@@ -9,7 +9,8 @@ tasks:
   install-toolchains       install what every guest language needs: the Rust target
                            wasm32-wasip2 (rustup), clang-19 and wasi-libc (apt-get, as root or
                            with sudo), componentize-qjs (npm ci) and componentize-py (pip, in a
-                           venv) at the versions pinned in host/build/pins/, under
+                           venv) at the versions pinned in host/build/pins/, and the
+                           TypeScript of the tests (xtask/pins/typescript), under
                            target/toolchains/; does nothing for what is already there
   build-plugins [NAME...]  build the plugins under plugins/ (all when no NAME is given) into
                            target/plugins/<name>.wasm (test guests of plugins/tests/ into
