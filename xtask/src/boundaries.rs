@@ -50,6 +50,11 @@ pub const RULES: &[Rule] = &[
         why: "the in-memory API server is the local cluster's engine and the tests' stand-in",
     },
     Rule {
+        package: "kubeplug-apiserver",
+        forbidden: WASMTIME_OR_KUBE,
+        why: "the HTTP API serves the in-memory server to clients; it is never one itself",
+    },
+    Rule {
         package: "kubeplug-json",
         forbidden: WASMTIME_OR_KUBE,
         why: "the JSON scanner sits under the informer and the memory server",

@@ -27,7 +27,7 @@ pub(crate) struct Cli {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Run the host: informers, plugins from a directory, HTTP probes and metrics.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Validate a plugin offline: compile it, call `describe()`, and print what it subscribes
     /// to, its delivery mode, and the reads and writes it asks for.
     Check(CheckArgs),
@@ -234,6 +234,27 @@ pub(crate) struct RunArgs {
     /// [default: the config file's `host.http`, else 127.0.0.1:8080].
     #[arg(long, env = "KUBEPLUG_HTTP", value_name = "ADDR")]
     pub(crate) http: Option<SocketAddr>,
+
+    /// With --local: serve the local cluster over the Kubernetes HTTP API on this loopback
+    /// address (e.g. 127.0.0.1:8081), for kubectl. Requests must carry the token of the
+    /// kubeconfig it writes.
+    #[arg(
+        long,
+        env = "KUBEPLUG_SERVE_API",
+        value_name = "ADDR",
+        requires = "local"
+    )]
+    pub(crate) serve_api: Option<SocketAddr>,
+
+    /// Where --serve-api writes its kubeconfig, readable by its owner only [default:
+    /// $XDG_STATE_HOME/kubeplug/local.kubeconfig].
+    #[arg(
+        long,
+        env = "KUBEPLUG_KUBECONFIG_OUT",
+        value_name = "FILE",
+        requires = "serve_api"
+    )]
+    pub(crate) kubeconfig_out: Option<PathBuf>,
 
     /// Configuration file (TOML): grants, limits and per-plugin settings. Flags override it.
     #[arg(long, env = "KUBEPLUG_CONFIG", value_name = "FILE")]

@@ -8,6 +8,7 @@ mod election;
 mod event;
 mod http;
 mod kube_writer;
+mod local_api;
 mod metrics;
 mod plugins;
 mod rbac;
@@ -54,7 +55,7 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        cli::Command::Run(args) => runtime.block_on(run::run(args)),
+        cli::Command::Run(args) => runtime.block_on(run::run(*args)),
         cli::Command::Check(args) => runtime.block_on(check::check(args)),
         cli::Command::Rbac(args) => runtime.block_on(rbac::rbac(args)),
         cli::Command::Test(args) => runtime.block_on(replay::test(args)),

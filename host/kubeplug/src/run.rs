@@ -30,6 +30,7 @@ use crate::config::Config;
 use crate::election::{elect, election_config};
 use crate::http::{CertificateSource, HttpState, KubeReviews, Readiness, Serving, serve};
 use crate::kube_writer::{KubeWriter, reporting_instance};
+use crate::local_api;
 use crate::metrics::{InformerCollector, PluginCollector, ScanCollector, informer_health};
 use crate::plugins::{DirConfig, Hints, PluginDir, PluginHost, Resolve, Resolver, watch};
 use crate::signals::stop_on_signals;
@@ -75,9 +76,16 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     for check in [cluster_check, PLUGINS_CHECK] {
         readiness.set(check, false);
     }
+    let mut local_api = None;
     let cluster = match &args.cluster.local {
         Some(dir) => {
             let cluster = open_local(dir, &cancel)?;
+            if let (Some(address), Backend::Local { cluster, .. }) =
+                (args.serve_api, &cluster.backend)
+            {
+                let served = local_api::serve(cluster, address, args.kubeconfig_out.clone());
+                local_api = Some(served.await?);
+            }
             readiness.set(LOCAL_CHECK, true);
             cluster
         }
@@ -223,6 +231,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         election.resign().await;
     }
     cancel.cancel();
+    drop(local_api);
     if let Backend::Local { watching, .. } = cluster.backend {
         let _ = watching.await;
     }
@@ -282,11 +291,12 @@ pub(crate) struct Cluster {
 
 /// What the run loop still needs of the cluster besides the three above.
 pub(crate) enum Backend {
-    /// The embedded local cluster: the task following its directory (ends on cancel), and
-    /// its scans.
+    /// The embedded local cluster: the task following its directory (ends on cancel), its
+    /// scans, and the cluster itself.
     Local {
         watching: JoinHandle<()>,
         scans: Arc<ScanCounts>,
+        cluster: LocalCluster,
     },
     /// A real cluster: the client to check it with, the discovery cache to fill.
     Kube {
@@ -340,8 +350,12 @@ pub(crate) fn open_local(dir: &Path, cancel: &CancellationToken) -> anyhow::Resu
     Ok(Cluster {
         provider: Arc::new(cluster.clone()),
         resolve: Arc::new(move |gvk: &Gvk| resolving.resolve(&gvk.api_version(), &gvk.kind)),
-        writer: Arc::new(LocalWriter::new(cluster)),
-        backend: Backend::Local { watching, scans },
+        writer: Arc::new(LocalWriter::new(cluster.clone())),
+        backend: Backend::Local {
+            watching,
+            scans,
+            cluster,
+        },
     })
 }
 

@@ -1,50 +1,32 @@
-//! A fake kube-apiserver for tests: HTTP/1.1 (optionally HTTPS) on 127.0.0.1, speaking the
-//! wire format of the captured responses in `shared/fixtures/kube-apiserver/`, backed by the
-//! informer crate's [`MemoryServer`] (versions, history, `continue` tokens, bookmarks,
-//! streaming lists, selector transitions).
-//!
-//! What it serves:
-//! - discovery: `/api`, `/api/v1`, `/apis`, `/apis/{group}/{version}`, and `/version`, for the
-//!   resources it was told about ([`FakeApiServer::serve`]; a few built-ins are served from
-//!   the start, see [`builtin_resources`]);
-//! - list (paginated, selectors, `410` with a `Status` for an expired `continue`), get, watch
-//!   (chunked, one JSON object per line; a too-old version answers `200` and one `ERROR` line
-//!   with a `410 Expired` Status), create (`409 AlreadyExists`, `422 Invalid` names), update
-//!   (`409 Conflict` on a stale `metadata.resourceVersion`: Leases rely on it), delete;
-//! - PATCH with `application/merge-patch+json`, `application/json-patch+json`,
-//!   `application/strategic-merge-patch+json` (treated as a merge patch) and
-//!   `application/apply-patch+yaml` (server-side apply, a documented subset: the body must be
-//!   JSON; create-or-merge; a `managedFields` entry with operation `Apply` for the
-//!   `fieldManager`; no conflict detection);
-//! - the `/status` subresource (GET, PUT and PATCH change only `status`).
+//! A fake kube-apiserver for tests: [`kubeplug_apiserver`]'s HTTP API (the wire format of the
+//! captured responses in `shared/fixtures/kube-apiserver/`, over the [`MemoryServer`]:
+//! versions, history, `continue` tokens, bookmarks, streaming lists, selector transitions) on
+//! 127.0.0.1, optionally over HTTPS with a CA made for it, with the built-in resources of
+//! [`builtin_resources`] served from the start.
 //!
 //! Faults are scripted per test with [`FakeApiServer::inject`]; see [`HttpFault`].
 
-mod patch;
-mod routes;
-
-use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
+use kubeplug_apiserver::{ApiOptions, ApiServer, ApiServerError, CertificateAuthority, reason_for};
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::Status;
 use kubeplug_memory::{Call, Fault, Garbage, MemoryServer, ServerConfig};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use kubeplug_apiserver::RequestRecord;
 pub use kubeplug_memory::Call as FaultCall;
 
 /// Why the fake server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum FakeServerError {
     /// Binding 127.0.0.1 failed.
-    #[error("cannot listen on 127.0.0.1: {0}")]
-    Bind(#[source] io::Error),
+    #[error(transparent)]
+    Bind(#[from] ApiServerError),
     /// The test certificate could not be made.
     #[error("cannot make the test certificate: {0}")]
     Certificate(String),
@@ -134,59 +116,6 @@ pub enum HttpFault {
     Garbage(Garbage),
 }
 
-/// A canned answer waiting for a request.
-#[derive(Debug, Clone)]
-struct RawAnswer {
-    remaining: usize,
-    code: u16,
-    body: String,
-}
-
-/// State shared by the server's tasks.
-struct Shared {
-    memory: MemoryServer,
-    options: FakeOptions,
-    address: String,
-    /// The resources served, each once.
-    resources: Mutex<Vec<Resource>>,
-    /// Incremented to abort every open watch connection. Overflow policy: a `watch` channel
-    /// keeps only the latest value; a watch body only needs to see that it changed.
-    drops: watch::Sender<u64>,
-    /// A pending [`HttpFault::CutNextWatchLine`].
-    cut_next_watch: Mutex<Option<usize>>,
-    /// Pending raw answers for lists and watches, oldest first; each `remaining >= 1`.
-    raw_list: Mutex<VecDeque<RawAnswer>>,
-    raw_watch: Mutex<VecDeque<RawAnswer>>,
-    /// The last requests (method, path and query, `Authorization`), at most 1,000: for tests.
-    log: Mutex<VecDeque<RequestRecord>>,
-    /// `remainingItemCount` after each `continue` token handed out, keyed by the list it
-    /// belongs to and the token, so that a list's later pages subtract instead of counting
-    /// the rest again (which made a paginated list quadratic). Overflow policy: cleared at
-    /// [`REMAINING_COUNTS`] entries; a page whose token is not found counts again.
-    remaining_items: Mutex<HashMap<String, usize>>,
-}
-
-/// Most `continue` tokens whose remaining counts [`Shared`] keeps.
-const REMAINING_COUNTS: usize = 1024;
-
-/// One request as the server saw it.
-#[derive(Debug, Clone)]
-pub struct RequestRecord {
-    /// `GET`, `POST`, ...
-    pub method: String,
-    /// Path and query.
-    pub uri: String,
-    /// The `Authorization` header, if any.
-    pub authorization: Option<String>,
-    /// The `User-Agent` headers, in order (a client may send none, or several).
-    pub user_agents: Vec<String>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section is a single assignment: a poisoned lock still holds valid data.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// The resources served from the start: `v1` ConfigMap, Pod, Namespace, Node and Secret,
 /// `events.k8s.io/v1` Event and `coordination.k8s.io/v1` Lease.
 pub fn builtin_resources() -> Vec<Resource> {
@@ -214,28 +143,25 @@ pub fn builtin_resources() -> Vec<Resource> {
 /// # let _ = kubeconfig; }
 /// ```
 pub struct FakeApiServer {
-    shared: Arc<Shared>,
-    addr: SocketAddr,
+    server: ApiServer,
+    bearer_token: Option<String>,
     ca_pem: Option<String>,
-    accept: JoinHandle<()>,
     bookmarks: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for FakeApiServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FakeApiServer")
-            .field("address", &self.shared.address)
+            .field("address", &self.server.address())
             .finish_non_exhaustive()
     }
 }
 
 impl Drop for FakeApiServer {
     fn drop(&mut self) {
-        self.accept.abort();
         if let Some(task) = &self.bookmarks {
             task.abort();
         }
-        self.shared.drops.send_modify(|n| *n += 1);
     }
 }
 
@@ -246,38 +172,25 @@ impl FakeApiServer {
     /// events: a watch that falls that far behind is ended (the client re-watches), so that
     /// writes never wait for a slow client.
     pub async fn start(options: FakeOptions) -> Result<Self, FakeServerError> {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(FakeServerError::Bind)?;
-        let addr = listener.local_addr().map_err(FakeServerError::Bind)?;
-        let scheme = if options.tls { "https" } else { "http" };
         let memory = MemoryServer::with_config(ServerConfig {
             history: options.history,
             watch_buffer: 100_000,
             streaming_list: options.streaming_list,
         });
-        let (drops, _) = watch::channel(0);
-        let shared = Arc::new(Shared {
-            memory,
-            address: format!("{scheme}://{addr}"),
-            resources: Mutex::new(builtin_resources()),
-            drops,
-            cut_next_watch: Mutex::new(None),
-            raw_list: Mutex::default(),
-            raw_watch: Mutex::default(),
-            log: Mutex::new(VecDeque::new()),
-            remaining_items: Mutex::default(),
-            options,
-        });
-        let (tls, ca_pem) = if shared.options.tls {
+        let (tls, ca_pem) = if options.tls {
             let (acceptor, ca) = tls_acceptor()?;
             (Some(acceptor), Some(ca))
         } else {
             (None, None)
         };
-        let accept = tokio::spawn(routes::accept_loop(listener, shared.clone(), tls));
-        let bookmarks = shared.options.bookmark_every.map(|every| {
-            let memory = shared.memory.clone();
+        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        let api = ApiOptions {
+            bearer_token: options.bearer_token.clone(),
+            resources: builtin_resources(),
+        };
+        let server = ApiServer::bind(address, memory, api, tls).await?;
+        let bookmarks = options.bookmark_every.map(|every| {
+            let memory = server.memory().clone();
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(every);
                 loop {
@@ -287,22 +200,21 @@ impl FakeApiServer {
             })
         });
         Ok(Self {
-            shared,
-            addr,
+            server,
+            bearer_token: options.bearer_token,
             ca_pem,
-            accept,
             bookmarks,
         })
     }
 
     /// The server's address, e.g. `http://127.0.0.1:40123`.
     pub fn address(&self) -> &str {
-        &self.shared.address
+        self.server.address()
     }
 
     /// The socket address.
     pub fn socket_addr(&self) -> SocketAddr {
-        self.addr
+        self.server.socket_addr()
     }
 
     /// The PEM of the CA that signed the server's certificate (HTTPS only).
@@ -313,34 +225,31 @@ impl FakeApiServer {
     /// The storage behind the server: write objects here directly (faster than HTTP), read
     /// snapshots, count calls.
     pub fn memory(&self) -> &MemoryServer {
-        &self.shared.memory
+        self.server.memory()
     }
 
     /// Serves `resource` from now on (discovery included), like installing a CRD.
     pub fn serve(&self, resource: Resource) {
-        let mut resources = lock(&self.shared.resources);
-        if !resources.contains(&resource) {
-            resources.push(resource);
-        }
+        self.server.serve(resource);
     }
 
     /// Sends a BOOKMARK with the current resourceVersion to every watch that asked for them.
     pub fn bookmark(&self) {
-        self.shared.memory.bookmark();
+        self.memory().bookmark();
     }
 
     /// The requests seen so far (the last 1,000).
     pub fn requests(&self) -> Vec<RequestRecord> {
-        lock(&self.shared.log).iter().cloned().collect()
+        self.server.faults().requests()
     }
 
     /// Injects a fault; see [`HttpFault`].
     pub fn inject(&self, fault: HttpFault) {
-        let memory = &self.shared.memory;
+        let memory = self.memory();
         match fault {
-            HttpFault::DropWatches => self.shared.drops.send_modify(|n| *n += 1),
+            HttpFault::DropWatches => self.server.close_watches(),
             HttpFault::CutNextWatchLine { after } => {
-                *lock(&self.shared.cut_next_watch) = Some(after);
+                self.server.faults().cut_next_watch_line(after);
             }
             HttpFault::Fail {
                 call,
@@ -358,24 +267,12 @@ impl FakeApiServer {
                 times,
                 code,
                 body,
-            } => {
-                let slot = match call {
-                    Call::List => &self.shared.raw_list,
-                    Call::Watch => &self.shared.raw_watch,
-                };
-                if times > 0 {
-                    lock(slot).push_back(RawAnswer {
-                        remaining: times,
-                        code,
-                        body,
-                    });
-                }
-            }
+            } => self.server.faults().raw_answer(call, times, code, body),
             HttpFault::Stall { call, delay } => memory.inject(Fault::Stall { call, delay }),
             HttpFault::Compact => memory.inject(Fault::Compact),
             HttpFault::Restart => {
                 memory.inject(Fault::Restart { keep_history: true });
-                self.shared.drops.send_modify(|n| *n += 1);
+                self.server.close_watches();
             }
             HttpFault::Garbage(garbage) => memory.inject(Fault::Garbage(garbage)),
         }
@@ -384,18 +281,11 @@ impl FakeApiServer {
     /// A kubeconfig (context `fake`, namespace `default`) pointing at this server, with the
     /// server's bearer token and CA when it has them.
     pub fn kubeconfig_yaml(&self, ca_file: Option<&Path>) -> String {
-        let mut cluster = format!("    server: {}\n", self.shared.address);
-        if let Some(ca) = ca_file {
-            cluster.push_str(&format!("    certificate-authority: {}\n", ca.display()));
-        }
-        let user = match &self.shared.options.bearer_token {
-            Some(token) => format!("    token: {token}\n"),
-            None => "    {}\n".to_owned(),
-        };
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n{cluster}\
-             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    \
-             namespace: default\ncurrent-context: fake\nusers:\n- name: fake\n  user:\n{user}"
+        kubeplug_apiserver::kubeconfig_yaml(
+            "fake",
+            self.address(),
+            self.bearer_token.as_deref(),
+            ca_file.map(CertificateAuthority::File),
         )
     }
 
@@ -413,25 +303,6 @@ impl FakeApiServer {
         let path = dir.join("kubeconfig");
         std::fs::write(&path, self.kubeconfig_yaml(ca_file.as_deref()))?;
         Ok(path)
-    }
-}
-
-/// The `reason` the API server gives with an HTTP code.
-pub(crate) fn reason_for(code: u16) -> &'static str {
-    match code {
-        400 => "BadRequest",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "NotFound",
-        405 => "MethodNotAllowed",
-        409 => "Conflict",
-        410 => "Expired",
-        415 => "UnsupportedMediaType",
-        422 => "Invalid",
-        429 => "TooManyRequests",
-        503 => "ServiceUnavailable",
-        504 => "Timeout",
-        _ => "InternalError",
     }
 }
 

@@ -1,7 +1,7 @@
-//! Connections, routing and the answers of the fake server.
+//! Connections, routing and the answers of the server.
 
-// Helpers return the early answer (a whole `Response`) as their error: once per request, in
-// test code, boxing would only add noise.
+// Helpers return the early answer (a whole `Response`) as their error: once per request,
+// boxing would only add noise.
 #![allow(clippy::result_large_err)]
 
 use std::collections::BTreeMap;
@@ -23,12 +23,13 @@ use kubeplug_informer::source::{
     ListPage, ListRequest, ListerWatcher, SourceError, Status, WatchEvent, WatchRequest,
     WatchStream,
 };
+use kubeplug_memory::Call;
 use kubeplug_memory::status::Endpoint;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use crate::patch;
-use crate::{RawAnswer, RequestRecord, Shared, lock, reason_for};
+use crate::{Shared, lock, reason_for};
 
 type Body = UnsyncBoxBody<Bytes, io::Error>;
 
@@ -141,9 +142,19 @@ fn with_kind(resource: &Resource, stored: &[u8]) -> Bytes {
 /// What a path names.
 enum Target {
     Version,
+    /// `/openapi/v3`: the group-versions with a document.
+    OpenApiRoot,
+    /// `/openapi/v3/api/v1`, `/openapi/v3/apis/{group}/{version}`.
+    OpenApi {
+        group: String,
+        version: String,
+    },
     CoreVersions,
     Groups,
-    GroupVersion { group: String, version: String },
+    GroupVersion {
+        group: String,
+        version: String,
+    },
     Resource(ResourcePath),
 }
 
@@ -160,6 +171,19 @@ fn parse_path(path: &str) -> Option<Target> {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (group, version, rest) = match segments.as_slice() {
         ["version"] => return Some(Target::Version),
+        ["openapi", "v3"] => return Some(Target::OpenApiRoot),
+        ["openapi", "v3", "api", version] => {
+            return Some(Target::OpenApi {
+                group: String::new(),
+                version: (*version).to_owned(),
+            });
+        }
+        ["openapi", "v3", "apis", group, version] => {
+            return Some(Target::OpenApi {
+                group: (*group).to_owned(),
+                version: (*version).to_owned(),
+            });
+        }
         ["api"] => return Some(Target::CoreVersions),
         ["apis"] => return Some(Target::Groups),
         ["api", version] => {
@@ -201,32 +225,15 @@ fn parse_path(path: &str) -> Option<Target> {
 }
 
 async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
-    let authorization = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    {
-        let mut log = lock(&shared.log);
-        if log.len() == 1_000 {
-            log.pop_front();
+    shared.faults.record(&request);
+    if let Some(token) = &shared.bearer_token {
+        let authorization = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        if authorization != Some(&format!("Bearer {token}")) {
+            return error(401, "Unauthorized");
         }
-        log.push_back(RequestRecord {
-            method: request.method().to_string(),
-            uri: request.uri().to_string(),
-            authorization: authorization.clone(),
-            user_agents: request
-                .headers()
-                .get_all(header::USER_AGENT)
-                .iter()
-                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-                .collect(),
-        });
-    }
-    if let Some(token) = &shared.options.bearer_token
-        && authorization.as_deref() != Some(&format!("Bearer {token}"))
-    {
-        return error(401, "Unauthorized");
     }
     let query: BTreeMap<String, String> = request
         .uri()
@@ -247,6 +254,8 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
                 "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": shared.address}]}),
         ),
         Target::Groups => groups(&shared),
+        Target::OpenApiRoot => openapi_root(&shared),
+        Target::OpenApi { group, version } => openapi_group_version(&shared, &group, &version),
         Target::GroupVersion { group, version } => group_version(&shared, &group, &version),
         Target::Resource(path) => {
             let resource = lock(&shared.resources)
@@ -349,6 +358,85 @@ fn group_version(shared: &Shared, group: &str, version: &str) -> Response<Body> 
     )
 }
 
+/// The path of a group-version's API, `api/v1` or `apis/{group}/{version}`.
+fn api_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+/// `/openapi/v3`: a document per group-version served. What kubectl reads of them is whether
+/// a PATCH takes `fieldValidation` (then it leaves validation to the server and does not
+/// fetch schemas), so that is all they say; the hash changes when the resources do.
+fn openapi_root(shared: &Shared) -> Response<Body> {
+    let resources = lock(&shared.resources).clone();
+    let mut paths = serde_json::Map::new();
+    for resource in &resources {
+        let path = api_path(&resource.group, &resource.version);
+        let hash = format!("{:016x}", fingerprint(&resources, resource));
+        paths.insert(
+            path.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={hash}")}),
+        );
+    }
+    json_response(StatusCode::OK, &json!({"paths": paths}))
+}
+
+/// A hash of the resources of `of`'s group-version.
+fn fingerprint(resources: &[Resource], of: &Resource) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut hasher = DefaultHasher::new();
+    for resource in resources
+        .iter()
+        .filter(|r| r.group == of.group && r.version == of.version)
+    {
+        (&resource.kind, &resource.plural, resource.namespaced).hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+/// A group-version's OpenAPI v3 document: each resource's object path, whose PATCH names its
+/// kind and takes `fieldValidation`. No schemas: the server does not validate fields, it
+/// stores what it is sent.
+fn openapi_group_version(shared: &Shared, group: &str, version: &str) -> Response<Body> {
+    let mut paths = serde_json::Map::new();
+    for resource in lock(&shared.resources)
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        let scope = if resource.namespaced {
+            "namespaces/{namespace}/"
+        } else {
+            ""
+        };
+        let path = format!(
+            "/{}/{scope}{}/{{name}}",
+            api_path(group, version),
+            resource.plural
+        );
+        let kind = json!({"group": group, "version": version, "kind": resource.kind});
+        paths.insert(
+            path,
+            json!({"patch": {
+                "x-kubernetes-action": "patch",
+                "x-kubernetes-group-version-kind": kind,
+                "parameters": [{"name": "fieldValidation", "in": "query",
+                    "schema": {"type": "string", "uniqueItems": true}}],
+                "responses": {"200": {"description": "OK"}},
+            }}),
+        );
+    }
+    if paths.is_empty() {
+        return error(404, "the server could not find the requested resource");
+    }
+    json_response(
+        StatusCode::OK,
+        &json!({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.32.0"}, "paths": paths}),
+    )
+}
+
 /// One request on a resource.
 struct Ctx<'a> {
     shared: &'a Shared,
@@ -357,19 +445,13 @@ struct Ctx<'a> {
     query: &'a BTreeMap<String, String>,
 }
 
-/// Takes one use of the oldest pending raw answer.
-fn take_raw(
-    slot: &std::sync::Mutex<std::collections::VecDeque<RawAnswer>>,
-) -> Option<Response<Body>> {
-    let mut queue = lock(slot);
-    let answer = queue.front_mut()?;
-    answer.remaining -= 1;
-    let code = StatusCode::from_u16(answer.code).unwrap_or(StatusCode::OK);
-    let response = full(code, answer.body.clone());
-    if answer.remaining == 0 {
-        queue.pop_front();
-    }
-    Some(response)
+/// The answer scripted for the next `call`, if any (the `faults` feature).
+fn take_raw(shared: &Shared, call: Call) -> Option<Response<Body>> {
+    let (code, body) = shared.faults.take_raw(call)?;
+    Some(full(
+        StatusCode::from_u16(code).unwrap_or(StatusCode::OK),
+        body,
+    ))
 }
 
 impl Ctx<'_> {
@@ -417,7 +499,7 @@ impl Ctx<'_> {
     }
 
     async fn list(&self) -> Response<Body> {
-        if let Some(raw) = take_raw(&self.shared.raw_list) {
+        if let Some(raw) = take_raw(self.shared, Call::List) {
             return raw;
         }
         let lister = match self.lister() {
@@ -512,7 +594,7 @@ impl Ctx<'_> {
     }
 
     async fn watch(&self) -> Response<Body> {
-        if let Some(raw) = take_raw(&self.shared.raw_watch) {
+        if let Some(raw) = take_raw(self.shared, Call::Watch) {
             return raw;
         }
         let lister = match self.lister() {
@@ -539,7 +621,7 @@ impl Ctx<'_> {
             Ok(feed) => feed,
             Err(e) => return source_error(e),
         };
-        let cut = lock(&self.shared.cut_next_watch).take();
+        let cut = self.shared.faults.take_cut();
         let body = WatchBody {
             feed,
             drops,
@@ -737,18 +819,28 @@ impl Ctx<'_> {
     }
 
     fn patch(&self, content_type: &str, body: &[u8]) -> Response<Body> {
+        let media = content_type.split(';').next().unwrap_or_default().trim();
+        // Strategic merge patches need every built-in type's merge keys: applied as a merge
+        // patch, one would replace a Deployment's containers with only the changed ones.
+        if media == "application/strategic-merge-patch+json" {
+            return error(
+                415,
+                "strategic merge patches are not supported by kubeplug's local API server (kubectl edit, \
+                 client-side kubectl apply and kubectl patch without --type send them): use \
+                 kubectl apply --server-side, or kubectl patch --type merge or --type json",
+            );
+        }
         let patch: Value = match serde_json::from_slice(body) {
             Ok(patch) => patch,
             Err(e) => {
                 return error(
                     415,
                     format!(
-                        "this fake server accepts JSON patch bodies only (YAML is not supported): {e}"
+                        "this server accepts JSON patch bodies only (YAML is not supported): {e}"
                     ),
                 );
             }
         };
-        let media = content_type.split(';').next().unwrap_or_default().trim();
         let apply = media == "application/apply-patch+yaml";
         // Read-modify-write with the read version as precondition; retried on a conflict.
         for _ in 0..10 {
@@ -761,8 +853,7 @@ impl Ctx<'_> {
                     // endpoint may not change is then taken back from the current object.
                     let mut next = current.clone();
                     let patched = match media {
-                        "application/merge-patch+json"
-                        | "application/strategic-merge-patch+json" => {
+                        "application/merge-patch+json" => {
                             json_patch::merge(&mut next, &patch);
                             Ok(())
                         }
@@ -884,7 +975,7 @@ struct WatchBody {
 fn aborted() -> io::Error {
     io::Error::new(
         io::ErrorKind::ConnectionAborted,
-        "fake apiserver dropped the watch",
+        "the API server closed the watch",
     )
 }
 

@@ -1,6 +1,7 @@
-//! JSON helpers of the fake server's writes: JSON patch (RFC 6902, through the `json-patch`
-//! crate, whose `merge` is the merge patch), the managed-fields set of an apply, name
-//! validation and timestamps. Trees are fine here: this is test code.
+//! JSON helpers of the server's writes: JSON patch (RFC 6902, through the `json-patch` crate,
+//! whose `merge` is the merge patch), the managed-fields set of an apply, name validation and
+//! timestamps. Writes through this API are a person's `kubectl` or a test, never the
+//! informers' hot path, so a `serde_json::Value` tree per write is fine.
 
 use serde_json::{Map, Value};
 
