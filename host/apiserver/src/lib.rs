@@ -33,7 +33,7 @@ mod faults;
 mod patch;
 mod routes;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -71,6 +71,18 @@ pub struct ApiOptions {
     pub bearer_token: Option<String>,
     /// The resources served from the start; [`ApiServer::serve`] adds more.
     pub resources: Vec<Resource>,
+    /// What discovery says of resources besides their names, by (group, plural).
+    pub aliases: BTreeMap<(String, String), Aliases>,
+}
+
+/// A resource's short names (`deploy`) and categories (`all`), as discovery lists them:
+/// kubectl resolves `kubectl get deploy` and `kubectl get all` with them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Aliases {
+    /// Short names.
+    pub short_names: Vec<String>,
+    /// Categories.
+    pub categories: Vec<String>,
 }
 
 /// State shared by the server's tasks.
@@ -80,6 +92,8 @@ struct Shared {
     address: String,
     /// The resources served, each once.
     resources: Mutex<Vec<Resource>>,
+    /// Short names and categories, by (group, plural).
+    aliases: BTreeMap<(String, String), Aliases>,
     /// Incremented to close every open watch connection. Overflow policy: a `watch` channel
     /// keeps only the latest value; a watch body only needs to see that it changed.
     drops: watch::Sender<u64>,
@@ -149,6 +163,7 @@ impl ApiServer {
             bearer_token: options.bearer_token,
             address: format!("{scheme}://{addr}"),
             resources: Mutex::new(options.resources),
+            aliases: options.aliases,
             drops,
             remaining_items: Mutex::default(),
             faults: faults::HttpFaults::new(),

@@ -336,9 +336,19 @@ fn group_version(shared: &Shared, group: &str, version: &str) -> Response<Body> 
         .filter(|r| r.group == group && r.version == version)
         .flat_map(|r| {
             let singular = r.kind.to_lowercase();
+            let mut resource = json!({"name": r.plural, "singularName": singular,
+                "namespaced": r.namespaced, "kind": r.kind,
+                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]});
+            if let Some(aliases) = shared.aliases.get(&(r.group.clone(), r.plural.clone())) {
+                if !aliases.short_names.is_empty() {
+                    resource["shortNames"] = json!(aliases.short_names);
+                }
+                if !aliases.categories.is_empty() {
+                    resource["categories"] = json!(aliases.categories);
+                }
+            }
             [
-                json!({"name": r.plural, "singularName": singular, "namespaced": r.namespaced,
-                    "kind": r.kind, "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]}),
+                resource,
                 json!({"name": format!("{}/status", r.plural), "singularName": "",
                     "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]}),
             ]

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context as _, anyhow};
-use kubeplug_apiserver::{ApiOptions, ApiServer, CertificateAuthority};
+use kubeplug_apiserver::{Aliases, ApiOptions, ApiServer, CertificateAuthority};
 use kubeplug_local::LocalCluster;
 use tracing::info;
 
@@ -99,9 +99,22 @@ pub(crate) async fn serve(
         .or_else(default_kubeconfig)
         .ok_or_else(|| anyhow!("no place for the kubeconfig: pass --kubeconfig-out FILE"))?;
     let token = token()?;
+    let registry = cluster.registry();
+    let aliases = registry
+        .resources()
+        .filter_map(|resource| {
+            let found = registry.aliases(resource)?;
+            let aliases = Aliases {
+                short_names: found.short_names.clone(),
+                categories: found.categories.clone(),
+            };
+            Some(((resource.group.clone(), resource.plural.clone()), aliases))
+        })
+        .collect();
     let options = ApiOptions {
         bearer_token: Some(token.clone()),
-        resources: cluster.registry().resources().cloned().collect(),
+        resources: registry.resources().cloned().collect(),
+        aliases,
     };
     let (acceptor, certificate) = tls()?;
     let server = ApiServer::bind(address, cluster.server().clone(), options, Some(acceptor))

@@ -133,6 +133,18 @@ fn kubectl_reads_and_writes_the_local_cluster() {
         assert!(resources.contains(name), "{resources}");
     }
     assert!(served.ok(&["get", "configmaps"]).contains("web"));
+    // Short names and categories, from the real server's discovery; ages, from the
+    // creationTimestamp the local cluster sets.
+    let deployments = served.ok(&["get", "deploy"]);
+    assert!(deployments.contains("worker"), "{deployments}");
+    assert!(!deployments.contains("<unknown>"), "{deployments}");
+    assert!(
+        served
+            .ok(&["get", "cm", "web", "-o", "name"])
+            .contains("configmap/web")
+    );
+    let all = served.ok(&["get", "all", "-o", "name"]);
+    assert!(all.contains("deployment.apps/worker"), "{all}");
     let yaml = served.ok(&["get", "configmap", "web", "-o", "yaml"]);
     assert!(
         yaml.contains("kind: ConfigMap") && yaml.contains("greeting: hello"),

@@ -330,7 +330,10 @@ impl LocalCluster {
                 continue;
             }
             if old.objects.get(&id) != Some(&json) {
-                match self.server.apply(&id.0, &json) {
+                match self
+                    .server
+                    .apply(&id.0, &self.with_creation_timestamp(&id, &json))
+                {
                     Ok(written) => {
                         info!(file = %path.display(), resource = %id.0, key = %written.key, rv = written.resource_version, "local cluster: applied");
                         report.applied += 1;
@@ -361,6 +364,30 @@ impl LocalCluster {
                 objects: kept,
             },
         );
+    }
+
+    /// `json` with `metadata.creationTimestamp`, as the API server sets it on create: the
+    /// stored object's when there is one (editing a file does not make its object new), else
+    /// now. A manifest that sets its own keeps it.
+    fn with_creation_timestamp(&self, id: &ObjectId, json: &str) -> String {
+        let Ok(mut object) = serde_json::from_str::<serde_json::Value>(json) else {
+            return json.to_owned();
+        };
+        let metadata = &mut object["metadata"];
+        if !metadata.is_object() || metadata.get("creationTimestamp").is_some() {
+            return json.to_owned();
+        }
+        let stored = self
+            .server
+            .get(&id.0, &id.1)
+            .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+            .and_then(|stored| stored["metadata"].get("creationTimestamp").cloned());
+        metadata["creationTimestamp"] = stored.unwrap_or_else(|| {
+            let now = jiff::Timestamp::now().as_second();
+            let now = jiff::Timestamp::from_second(now).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+            serde_json::Value::from(now.to_string())
+        });
+        object.to_string()
     }
 
     /// Deletes an object `path` declared, unless another file owns it.
@@ -692,6 +719,43 @@ metadata:
             2,
             "the good file is still served"
         );
+    }
+
+    /// As the API server does on create: kubectl's AGE column reads it. An edit of the file
+    /// keeps it; a manifest's own is kept.
+    #[test]
+    fn objects_get_a_creation_timestamp_that_edits_keep() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "apps.yaml", TWO_DEPLOYMENTS);
+        let (cluster, _) = LocalCluster::open(dir.path()).unwrap();
+        let created = |name: &str| {
+            let stored = cluster
+                .server()
+                .get(&deployments(), &ObjectKey::new(Some("default"), name))
+                .unwrap();
+            let stored: serde_json::Value = serde_json::from_slice(&stored).unwrap();
+            stored["metadata"]["creationTimestamp"]
+                .as_str()
+                .map(str::to_owned)
+        };
+        let first = created("web").expect("a creationTimestamp");
+        assert!(first.parse::<jiff::Timestamp>().is_ok(), "{first}");
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        write(
+            dir.path(),
+            "apps.yaml",
+            &TWO_DEPLOYMENTS.replace("replicas: 1", "replicas: 2"),
+        );
+        cluster.rescan(ScanReason::Requested);
+        assert_eq!(created("web"), Some(first));
+        write(
+            dir.path(),
+            "old.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: old\n  \
+             creationTimestamp: \"2020-01-01T00:00:00Z\"\n",
+        );
+        cluster.rescan(ScanReason::Requested);
+        assert_eq!(created("old").as_deref(), Some("2020-01-01T00:00:00Z"));
     }
 
     #[test]

@@ -36,13 +36,27 @@ struct Capture {
 
 /// One built-in resource of the capture.
 #[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct BuiltIn {
     group: String,
     version: String,
     kind: String,
     plural: String,
     namespaced: bool,
+    #[serde(default)]
+    short_names: Vec<String>,
+    #[serde(default)]
+    categories: Vec<String>,
+}
+
+/// What discovery says of a resource besides its kind and plural, for kubectl: its short
+/// names (`deploy`) and the categories it belongs to (`all`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Aliases {
+    /// Short names, e.g. `["deploy"]`.
+    pub short_names: Vec<String>,
+    /// Categories, e.g. `["all"]`.
+    pub categories: Vec<String>,
 }
 
 /// A registry holding the built-in types of `capture`.
@@ -50,8 +64,10 @@ fn built_in(capture: &str) -> Result<KindRegistry, serde_json::Error> {
     let capture: Capture = serde_json::from_str(capture)?;
     let mut registry = KindRegistry {
         kinds: HashMap::with_capacity(capture.resources.len()),
+        aliases: HashMap::new(),
     };
     for r in capture.resources {
+        registry.set_aliases(&r.group, &r.plural, r.short_names, r.categories);
         registry.insert(Resource::new(
             &r.group,
             &r.version,
@@ -67,6 +83,8 @@ fn built_in(capture: &str) -> Result<KindRegistry, serde_json::Error> {
 #[derive(Debug, Clone)]
 pub struct KindRegistry {
     kinds: HashMap<(String, String), Resource>,
+    /// By (group, plural): the same in every version.
+    aliases: HashMap<(String, String), Aliases>,
 }
 
 impl Default for KindRegistry {
@@ -93,6 +111,29 @@ impl KindRegistry {
         self.kinds.values()
     }
 
+    /// The short names and categories of `resource`, when it has any.
+    pub fn aliases(&self, resource: &Resource) -> Option<&Aliases> {
+        self.aliases
+            .get(&(resource.group.clone(), resource.plural.clone()))
+    }
+
+    fn set_aliases(
+        &mut self,
+        group: &str,
+        plural: &str,
+        short_names: Vec<String>,
+        categories: Vec<String>,
+    ) {
+        if !short_names.is_empty() || !categories.is_empty() {
+            let aliases = Aliases {
+                short_names,
+                categories,
+            };
+            self.aliases
+                .insert((group.to_owned(), plural.to_owned()), aliases);
+        }
+    }
+
     /// Learns the resources a CustomResourceDefinition declares, one per served version.
     /// Returns them; an object that is not a well-formed CRD yields none.
     pub fn learn_crd(&mut self, crd: &serde_json::Value) -> Vec<Resource> {
@@ -105,6 +146,15 @@ impl KindRegistry {
             return Vec::new();
         };
         let namespaced = spec["scope"].as_str() != Some("Cluster");
+        let names = |field: &str| -> Vec<String> {
+            spec["names"][field]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|name| name.as_str().map(str::to_owned))
+                .collect()
+        };
+        self.set_aliases(group, plural, names("shortNames"), names("categories"));
         let learned: Vec<Resource> = spec["versions"]
             .as_array()
             .into_iter()
@@ -136,11 +186,16 @@ mod tests {
         );
         assert!(registry.resolve("example.com/v1", "Widget").is_none());
 
+        assert_eq!(
+            registry.aliases(deployments).map(|a| a.short_names.clone()),
+            Some(vec!["deploy".to_owned()])
+        );
         let crd = serde_json::json!({
             "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": "widgets.example.com"},
             "spec": {"group": "example.com", "scope": "Cluster",
-                     "names": {"kind": "Widget", "plural": "widgets"},
+                     "names": {"kind": "Widget", "plural": "widgets", "shortNames": ["wd"],
+                               "categories": ["all"]},
                      "versions": [{"name": "v1", "served": true}, {"name": "v0", "served": false}]}
         });
         assert_eq!(registry.learn_crd(&crd).len(), 1);
@@ -150,6 +205,14 @@ mod tests {
             ("widgets", false)
         );
         assert!(registry.resolve("example.com/v0", "Widget").is_none());
+        let widgets = widgets.clone();
+        assert_eq!(
+            registry.aliases(&widgets),
+            Some(&Aliases {
+                short_names: vec!["wd".to_owned()],
+                categories: vec!["all".to_owned()],
+            })
+        );
     }
 
     /// The capture parses, each (`apiVersion`, kind) once, with no subresource in it.

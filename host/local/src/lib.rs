@@ -21,5 +21,5 @@ mod kinds;
 mod watch;
 
 pub use cluster::{LocalCluster, LocalError, MAX_MANIFEST_BYTES, ScanReport, scope_namespace};
-pub use kinds::KindRegistry;
+pub use kinds::{Aliases, KindRegistry};
 pub use watch::{ScanCounts, ScanReason, can_change_files};

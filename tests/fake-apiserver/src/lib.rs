@@ -187,6 +187,7 @@ impl FakeApiServer {
         let api = ApiOptions {
             bearer_token: options.bearer_token.clone(),
             resources: builtin_resources(),
+            aliases: Default::default(),
         };
         let server = ApiServer::bind(address, memory, api, tls).await?;
         let bookmarks = options.bookmark_every.map(|every| {

@@ -27,27 +27,43 @@ const REFRESH: &str = "KUBEPLUG_UPDATE_KINDS=1 KUBEBUILDER_ASSETS=DIR cargo test
 
 /// One served resource, as the capture lists it. Sorted by group, version, then kind.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Entry {
     group: String,
     version: String,
     kind: String,
     plural: String,
     namespaced: bool,
+    /// kubectl's short names (`deploy`), when discovery gives any.
+    #[serde(default)]
+    short_names: Vec<String>,
+    /// The categories (`all`) it belongs to, when discovery gives any.
+    #[serde(default)]
+    categories: Vec<String>,
 }
 
 impl Entry {
     /// The entry as one line of the capture.
     fn line(&self) -> String {
         let quote = |text: &str| serde_json::Value::from(text).to_string();
-        format!(
-            "{{\"group\": {}, \"version\": {}, \"kind\": {}, \"plural\": {}, \"namespaced\": {}}}",
+        let mut line = format!(
+            "{{\"group\": {}, \"version\": {}, \"kind\": {}, \"plural\": {}, \"namespaced\": {}",
             quote(&self.group),
             quote(&self.version),
             quote(&self.kind),
             quote(&self.plural),
             self.namespaced
-        )
+        );
+        for (field, names) in [
+            ("shortNames", &self.short_names),
+            ("categories", &self.categories),
+        ] {
+            if !names.is_empty() {
+                let _ = write!(line, ", \"{field}\": {}", serde_json::json!(names));
+            }
+        }
+        line.push('}');
+        line
     }
 }
 
@@ -60,7 +76,8 @@ struct Capture {
 
 /// The resources of one group-version that the local cluster can store and watch: top-level
 /// ones (no `pods/status`) whose verbs include `list` and `watch` (not TokenReview or
-/// bindings, which can only be created).
+/// bindings, which can only be created), with the short names and categories the local
+/// cluster's API serves kubectl.
 fn reduce(group: &str, version: &str, list: &APIResourceList) -> Vec<Entry> {
     list.resources
         .iter()
@@ -76,6 +93,8 @@ fn reduce(group: &str, version: &str, list: &APIResourceList) -> Vec<Entry> {
             kind: resource.kind.clone(),
             plural: resource.name.clone(),
             namespaced: resource.namespaced,
+            short_names: resource.short_names.clone().unwrap_or_default(),
+            categories: resource.categories.clone().unwrap_or_default(),
         })
         .collect()
 }
@@ -114,7 +133,7 @@ fn render(server: &str, entries: &[Entry]) -> String {
     let quote = |text: &str| serde_json::Value::from(text).to_string();
     let about = "kubeplug's local cluster's built-in kinds (kubeplug_local::KindRegistry): every \
                  top-level resource whose verbs include list and watch, in every served version, \
-                 from the discovery (/api/v1, /apis/GROUP/VERSION) of the kube-apiserver named \
+                 with its short names and categories, from the discovery (/api/v1, /apis/GROUP/VERSION) of the kube-apiserver named \
                  by server. Written and checked by tests/envtest's builtin_kinds test.";
     let mut text = format!(
         "{{\n  \"about\": {},\n  \"refresh\": {},\n  \"server\": {},\n  \"resources\": [\n",
