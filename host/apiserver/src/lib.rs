@@ -17,6 +17,8 @@
 //!   `fieldManager`; no conflict detection); a strategic merge patch is refused with `415`
 //!   naming the alternatives, never applied as a merge patch;
 //! - the `/status` subresource (GET, PUT and PATCH change only `status`);
+//! - core `v1` Events as a view of the `events.k8s.io/v1` ones (list, get, watch, create,
+//!   delete), as kube-apiserver serves one stored Event in both groups;
 //! - `/openapi/v3`: per group-version, each resource's PATCH taking `fieldValidation`, which
 //!   is what kubectl's validation asks (it then leaves validation to the server, which
 //!   stores what it is sent: no schemas, no field validation).
@@ -25,6 +27,7 @@
 //! `401`. With the `faults` feature, [`HttpFaults`] scripts raw answers and cut watch lines
 //! and records requests, for the tests.
 
+mod events;
 #[cfg(feature = "faults")]
 mod faults;
 #[cfg(not(feature = "faults"))]

@@ -28,6 +28,7 @@ use kubeplug_memory::status::Endpoint;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
+use crate::events::View;
 use crate::patch;
 use crate::{Shared, lock, reason_for};
 
@@ -267,6 +268,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
             let Some(resource) = resource else {
                 return error(404, "the server could not find the requested resource");
             };
+            let (view, storage) = View::of(&resource, &lock(&shared.resources));
             let method = request.method().clone();
             let content_type = request
                 .headers()
@@ -281,10 +283,16 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
             let ctx = Ctx {
                 shared: &shared,
                 resource: &resource,
+                storage: &storage,
+                view,
                 path: &path,
                 query: &query,
             };
             match (method, path.name.is_some()) {
+                (Method::PUT | Method::PATCH, true) if view == View::CoreEvents => error(
+                    405,
+                    "v1 Events are events.k8s.io/v1 Events here: update or patch them there",
+                ),
                 (Method::GET, false) if is_true(query.get("watch")) => ctx.watch().await,
                 (Method::GET, false) => ctx.list().await,
                 (Method::GET, true) => ctx.get(),
@@ -450,7 +458,11 @@ fn openapi_group_version(shared: &Shared, group: &str, version: &str) -> Respons
 /// One request on a resource.
 struct Ctx<'a> {
     shared: &'a Shared,
+    /// The resource the request names: what answers are.
     resource: &'a Resource,
+    /// The resource whose objects it reads and writes (another for a [`View`]).
+    storage: &'a Resource,
+    view: View,
     path: &'a ResourcePath,
     query: &'a BTreeMap<String, String>,
 }
@@ -501,7 +513,7 @@ impl Ctx<'_> {
             None => None,
         };
         Ok(self.shared.memory.lister_watcher(
-            self.resource.clone(),
+            self.storage.clone(),
             self.namespace(),
             labels,
             fields,
@@ -543,7 +555,10 @@ impl Ctx<'_> {
             if i > 0 {
                 out.push(b',');
             }
-            out.extend_from_slice(item);
+            match self.view {
+                View::Own => out.extend_from_slice(item),
+                View::CoreEvents => out.extend_from_slice(&self.view.show(item)),
+            }
         }
         out.extend_from_slice(b"]}");
         full(StatusCode::OK, out)
@@ -596,9 +611,12 @@ impl Ctx<'_> {
     }
 
     fn get(&self) -> Response<Body> {
-        let stored = self.shared.memory.get(self.resource, &self.key());
+        let stored = self.shared.memory.get(self.storage, &self.key());
         match stored {
-            Some(json) => full(StatusCode::OK, with_kind(self.resource, &json)),
+            Some(json) => full(
+                StatusCode::OK,
+                with_kind(self.resource, &self.view.show(&json)),
+            ),
             None => self.not_found(),
         }
     }
@@ -637,6 +655,7 @@ impl Ctx<'_> {
             drops,
             cut,
             resource: self.resource.clone(),
+            view: self.view,
             done: false,
         };
         let stream = futures::stream::unfold(body, WatchBody::next_chunk);
@@ -707,7 +726,7 @@ impl Ctx<'_> {
 
     fn create(&self, body: &[u8]) -> Response<Body> {
         let mut object = match self.object_from(body, false) {
-            Ok(object) => object,
+            Ok(object) => self.view.store(object),
             Err(response) => return response,
         };
         let metadata = &mut object["metadata"];
@@ -744,12 +763,11 @@ impl Ctx<'_> {
         }
         metadata["creationTimestamp"] = json!(patch::now_rfc3339());
         let object = Endpoint::Object.stored(None, object);
-        match self
-            .shared
-            .memory
-            .create(self.resource, &object.to_string())
-        {
-            Ok(written) => full(StatusCode::CREATED, with_kind(self.resource, &written.json)),
+        match self.shared.memory.create(self.storage, &object.to_string()) {
+            Ok(written) => full(
+                StatusCode::CREATED,
+                with_kind(self.resource, &self.view.show(&written.json)),
+            ),
             Err(status) if status.reason == "AlreadyExists" => status_response(
                 &Status::new(
                     409,
@@ -772,7 +790,7 @@ impl Ctx<'_> {
     }
 
     fn current(&self) -> Option<Value> {
-        let json = self.shared.memory.get(self.resource, &self.key())?;
+        let json = self.shared.memory.get(self.storage, &self.key())?;
         serde_json::from_slice(&json).ok()
     }
 
@@ -787,11 +805,7 @@ impl Ctx<'_> {
                 object["metadata"][keep] = value.clone();
             }
         }
-        match self
-            .shared
-            .memory
-            .update(self.resource, &object.to_string())
-        {
+        match self.shared.memory.update(self.storage, &object.to_string()) {
             Ok(written) => Ok(written.json),
             Err(status) if status.reason == "Conflict" => {
                 let name = self.path.name.clone().unwrap_or_default();
@@ -823,7 +837,10 @@ impl Ctx<'_> {
         };
         let object = self.endpoint().stored(Some(&current), object);
         match self.store(object, &current) {
-            Ok(json) => full(StatusCode::OK, with_kind(self.resource, &json)),
+            Ok(json) => full(
+                StatusCode::OK,
+                with_kind(self.resource, &self.view.show(&json)),
+            ),
             Err(response) => response,
         }
     }
@@ -899,7 +916,12 @@ impl Ctx<'_> {
                 }
             };
             match response {
-                Ok(json) => return full(StatusCode::OK, with_kind(self.resource, &json)),
+                Ok(json) => {
+                    return full(
+                        StatusCode::OK,
+                        with_kind(self.resource, &self.view.show(&json)),
+                    );
+                }
                 Err(response) if response.status() == StatusCode::CONFLICT => continue,
                 Err(response) => return response,
             }
@@ -943,19 +965,21 @@ impl Ctx<'_> {
         }
         object["metadata"]["creationTimestamp"] = json!(patch::now_rfc3339());
         let object = Endpoint::Object.stored(None, object);
-        match self
-            .shared
-            .memory
-            .create(self.resource, &object.to_string())
-        {
-            Ok(written) => full(StatusCode::CREATED, with_kind(self.resource, &written.json)),
+        match self.shared.memory.create(self.storage, &object.to_string()) {
+            Ok(written) => full(
+                StatusCode::CREATED,
+                with_kind(self.resource, &self.view.show(&written.json)),
+            ),
             Err(status) => status_response(&status, None),
         }
     }
 
     fn delete(&self) -> Response<Body> {
-        match self.shared.memory.delete(self.resource, &self.key()) {
-            Ok(written) => full(StatusCode::OK, with_kind(self.resource, &written.json)),
+        match self.shared.memory.delete(self.storage, &self.key()) {
+            Ok(written) => full(
+                StatusCode::OK,
+                with_kind(self.resource, &self.view.show(&written.json)),
+            ),
             Err(_) => self.not_found(),
         }
     }
@@ -979,6 +1003,7 @@ struct WatchBody {
     /// Whole events left before this watch is cut in the middle of a line.
     cut: Option<usize>,
     resource: Resource,
+    view: View,
     done: bool,
 }
 
@@ -992,9 +1017,9 @@ fn aborted() -> io::Error {
 impl WatchBody {
     fn line(&self, event: WatchEvent) -> Vec<u8> {
         let (kind, object): (&str, Bytes) = match event {
-            WatchEvent::Added(object) => ("ADDED", object),
-            WatchEvent::Modified(object) => ("MODIFIED", object),
-            WatchEvent::Deleted(object) => ("DELETED", object),
+            WatchEvent::Added(object) => ("ADDED", self.view.show(&object)),
+            WatchEvent::Modified(object) => ("MODIFIED", self.view.show(&object)),
+            WatchEvent::Deleted(object) => ("DELETED", self.view.show(&object)),
             WatchEvent::Bookmark {
                 resource_version,
                 initial_events_end,

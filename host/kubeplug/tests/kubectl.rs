@@ -259,11 +259,22 @@ fn plugins_see_kubectl_writes_and_kubectl_sees_plugin_writes() {
             .contains("resourcequota/namespace-defaults")
             .then_some(())
     });
-    // label-audit's Event on the Deployment without the name label.
+    // label-audit's Event on the Deployment without the name label, in both groups, as a
+    // real API server shows one stored Event.
     wait_until("label-audit's Event", || {
         let events = served.ok(&["get", "events.events.k8s.io", "-o", "yaml"]);
         events.contains("reason: MissingLabels").then_some(())
     });
+    let core = served.ok(&[
+        "get",
+        "events",
+        "-o",
+        "jsonpath={.items[0].reason} {.items[0].involvedObject.name} {.items[0].message}",
+    ]);
+    assert!(
+        core.starts_with("MissingLabels worker missing required labels"),
+        "{core}"
+    );
 }
 
 #[test]
