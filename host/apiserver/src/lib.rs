@@ -17,6 +17,9 @@
 //!   `fieldManager`; no conflict detection); a strategic merge patch is refused with `415`
 //!   naming the alternatives, never applied as a merge patch;
 //! - the `/status` subresource (GET, PUT and PATCH change only `status`);
+//! - lists, gets and watches in the `PartialObjectMetadata` form when `Accept` asks for it
+//!   (`application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1`), as metadata
+//!   informers do; `406` for an `Accept` naming no form served (JSON only);
 //! - core `v1` Events as a view of the `events.k8s.io/v1` ones (list, get, watch, create,
 //!   delete), as kube-apiserver serves one stored Event in both groups;
 //! - `/openapi/v3`: per group-version, each resource's PATCH taking `fieldValidation`, which
@@ -33,6 +36,7 @@ mod faults;
 #[cfg(not(feature = "faults"))]
 #[path = "no_faults.rs"]
 mod faults;
+mod form;
 mod patch;
 mod routes;
 

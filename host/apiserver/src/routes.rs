@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use crate::events::View;
+use crate::form::{Answer, Form};
 use crate::patch;
 use crate::{Shared, lock, reason_for};
 
@@ -270,6 +271,27 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
             };
             let (view, storage) = View::of(&resource, &lock(&shared.resources));
             let method = request.method().clone();
+            let answer = match (&method, path.name.is_some()) {
+                (&Method::GET, false) if !is_true(query.get("watch")) => Answer::List,
+                _ => Answer::Objects,
+            };
+            let accept = request
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok());
+            let form = match Form::negotiate(accept, answer) {
+                Some(form) if method == Method::GET => form,
+                Some(_) => Form::Full,
+                None => {
+                    let accept: String = accept.unwrap_or_default().chars().take(200).collect();
+                    return error(
+                        406,
+                        format!(
+                            "the server can answer only application/json, whole or as PartialObjectMetadata; the request accepts {accept:?}"
+                        ),
+                    );
+                }
+            };
             let content_type = request
                 .headers()
                 .get(header::CONTENT_TYPE)
@@ -285,6 +307,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
                 resource: &resource,
                 storage: &storage,
                 view,
+                form,
                 path: &path,
                 query: &query,
             };
@@ -463,6 +486,8 @@ struct Ctx<'a> {
     /// The resource whose objects it reads and writes (another for a [`View`]).
     storage: &'a Resource,
     view: View,
+    /// The form of the objects a read answers.
+    form: Form,
     path: &'a ResourcePath,
     query: &'a BTreeMap<String, String>,
 }
@@ -546,8 +571,11 @@ impl Ctx<'_> {
         }
         let mut out =
             Vec::with_capacity(page.items.iter().map(|i| i.len() + 1).sum::<usize>() + 256);
-        let mut head = json!({"kind": format!("{}List", self.resource.kind), "apiVersion": self.resource.api_version(), "metadata": metadata})
-            .to_string();
+        let (kind, api_version) = self
+            .form
+            .list_kind(&self.resource.kind, &self.resource.api_version());
+        let mut head =
+            json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}).to_string();
         head.pop(); // the closing brace: the items follow
         out.extend_from_slice(head.as_bytes());
         out.extend_from_slice(b",\"items\":[");
@@ -555,9 +583,9 @@ impl Ctx<'_> {
             if i > 0 {
                 out.push(b',');
             }
-            match self.view {
-                View::Own => out.extend_from_slice(item),
-                View::CoreEvents => out.extend_from_slice(&self.view.show(item)),
+            match (self.view, self.form) {
+                (View::Own, Form::Full) => out.extend_from_slice(item),
+                (view, form) => out.extend_from_slice(&form.object(view.show(item))),
             }
         }
         out.extend_from_slice(b"]}");
@@ -615,7 +643,8 @@ impl Ctx<'_> {
         match stored {
             Some(json) => full(
                 StatusCode::OK,
-                with_kind(self.resource, &self.view.show(&json)),
+                self.form
+                    .object(with_kind(self.resource, &self.view.show(&json))),
             ),
             None => self.not_found(),
         }
@@ -656,6 +685,7 @@ impl Ctx<'_> {
             cut,
             resource: self.resource.clone(),
             view: self.view,
+            form: self.form,
             done: false,
         };
         let stream = futures::stream::unfold(body, WatchBody::next_chunk);
@@ -1004,6 +1034,7 @@ struct WatchBody {
     cut: Option<usize>,
     resource: Resource,
     view: View,
+    form: Form,
     done: bool,
 }
 
@@ -1015,11 +1046,19 @@ fn aborted() -> io::Error {
 }
 
 impl WatchBody {
+    /// An event's object as the watch answers it.
+    fn shown(&self, object: Bytes) -> Bytes {
+        match (self.view, self.form) {
+            (View::Own, Form::Full) => object,
+            (view, form) => form.object(view.show(&object)),
+        }
+    }
+
     fn line(&self, event: WatchEvent) -> Vec<u8> {
         let (kind, object): (&str, Bytes) = match event {
-            WatchEvent::Added(object) => ("ADDED", self.view.show(&object)),
-            WatchEvent::Modified(object) => ("MODIFIED", self.view.show(&object)),
-            WatchEvent::Deleted(object) => ("DELETED", self.view.show(&object)),
+            WatchEvent::Added(object) => ("ADDED", self.shown(object)),
+            WatchEvent::Modified(object) => ("MODIFIED", self.shown(object)),
+            WatchEvent::Deleted(object) => ("DELETED", self.shown(object)),
             WatchEvent::Bookmark {
                 resource_version,
                 initial_events_end,
@@ -1029,7 +1068,10 @@ impl WatchBody {
                 if initial_events_end {
                     metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
                 }
-                let object = json!({"kind": self.resource.kind, "apiVersion": self.resource.api_version(), "metadata": metadata});
+                let api_version = self.resource.api_version();
+                let (kind, api_version) =
+                    self.form.bookmark_kind(&self.resource.kind, &api_version);
+                let object = json!({"kind": kind, "apiVersion": api_version, "metadata": metadata});
                 ("BOOKMARK", Bytes::from(object.to_string()))
             }
             WatchEvent::Error(status) => {

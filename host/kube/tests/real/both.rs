@@ -44,6 +44,7 @@ macro_rules! on_both_servers {
 on_both_servers!(
     lists_a_namespaced_type_in_pages_and_honours_selectors,
     lists_and_watches_a_cluster_scoped_type,
+    serves_lists_gets_and_watches_as_partial_object_metadata,
 );
 
 enum Backend {
@@ -151,6 +152,41 @@ impl Cluster {
         let code = response.status();
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert!(code.is_success(), "{method} {path}: {code} {body:?}");
+    }
+
+    /// `GET path` with `Accept: accept`: the status, the `Content-Type`, and the body (for a
+    /// watch, its first line).
+    async fn get_as(&self, path: &str, accept: &str) -> (u16, String, serde_json::Value) {
+        let request = Request::builder()
+            .uri(path)
+            .header(header::ACCEPT, accept)
+            .body(Body::empty())
+            .unwrap();
+        let response = self.client.client().send(request).await.unwrap();
+        let code = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        let mut body = response.into_body();
+        let mut bytes = Vec::new();
+        while !bytes.contains(&b'\n') {
+            let frame = tokio::time::timeout(Duration::from_secs(20), body.frame()).await;
+            match frame.expect("a line within 20 s") {
+                Some(frame) => {
+                    bytes.extend_from_slice(&frame.unwrap().into_data().unwrap_or_default())
+                }
+                None => break,
+            }
+        }
+        let end = bytes
+            .iter()
+            .position(|b| *b == b'\n')
+            .unwrap_or(bytes.len());
+        let body = serde_json::from_slice(&bytes[..end])
+            .unwrap_or_else(|e| panic!("GET {path}: {e}: {}", String::from_utf8_lossy(&bytes)));
+        (code, content_type, body)
     }
 
     /// The paths and queries of the requests the server has answered so far.
@@ -349,4 +385,68 @@ async fn lists_and_watches_a_cluster_scoped_type(server: Server) {
         matches!(event, Some(Ok(WatchEvent::Deleted(_)))),
         "{event:?}"
     );
+}
+
+/// Metadata informers' requests (client-go's metadata client, controller-runtime's
+/// `OnlyMetadata`, kube's `metadata_watcher`): lists, gets and watches answered as
+/// `meta.k8s.io/v1` `PartialObjectMetadata`, metadata with managedFields and no body.
+async fn serves_lists_gets_and_watches_as_partial_object_metadata(server: Server) {
+    let Some(cluster) = Cluster::start(server).await else {
+        return;
+    };
+    let namespace = cluster.namespace("meta");
+    let resource = configmaps();
+    cluster
+        .create(&resource, config_map(&namespace, "first", "red"))
+        .await;
+    let collection = collection(&resource, Some(&namespace));
+    const LIST: &str =
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+    const OBJECT: &str =
+        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+
+    let (code, content_type, list) = cluster.get_as(&collection, LIST).await;
+    assert_eq!(code, 200, "{list}");
+    assert_eq!(content_type, "application/json");
+    assert_eq!(list["kind"], "PartialObjectMetadataList");
+    assert_eq!(list["apiVersion"], "meta.k8s.io/v1");
+    let item = &list["items"][0];
+    assert_eq!(item["kind"], "PartialObjectMetadata", "{item}");
+    assert_eq!(item["apiVersion"], "meta.k8s.io/v1");
+    assert_eq!(item["metadata"]["name"], "first");
+    assert_eq!(item["metadata"]["labels"]["team"], "red");
+    assert!(item.get("data").is_none(), "{item}");
+
+    let (code, content_type, object) = cluster.get_as(&format!("{collection}/first"), OBJECT).await;
+    assert_eq!(code, 200, "{object}");
+    assert_eq!(content_type, "application/json");
+    assert_eq!(object["kind"], "PartialObjectMetadata");
+    assert_eq!(object["metadata"]["name"], "first");
+    assert!(object.get("data").is_none(), "{object}");
+
+    // A plain JSON get is whole, as ever.
+    let (_, _, whole) = cluster
+        .get_as(&format!("{collection}/first"), "application/json")
+        .await;
+    assert_eq!(whole["kind"], "ConfigMap");
+    assert_eq!(whole["data"]["k"], "x");
+
+    let version = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let watch = format!("{collection}?watch=1&resourceVersion={version}");
+    let watching = cluster.get_as(&watch, OBJECT);
+    let creating = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cluster
+            .create(&resource, config_map(&namespace, "second", "blue"))
+            .await;
+    };
+    let ((code, _, event), ()) = tokio::join!(watching, creating);
+    assert_eq!(code, 200, "{event}");
+    assert_eq!(event["type"], "ADDED", "{event}");
+    assert_eq!(event["object"]["kind"], "PartialObjectMetadata", "{event}");
+    assert_eq!(event["object"]["metadata"]["name"], "second");
+    assert!(event["object"].get("data").is_none(), "{event}");
 }

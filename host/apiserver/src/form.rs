@@ -1,0 +1,179 @@
+//! The form of an answer's objects, from the request's `Accept`: whole objects, or
+//! `meta.k8s.io/v1` `PartialObjectMetadata` (metadata only), which client-go's metadata
+//! informers, controller-runtime's `OnlyMetadata` and kube's `metadata_watcher` ask for:
+//! `application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1` for lists,
+//! `...;as=PartialObjectMetadata;...` for gets and watches. The server answers JSON only,
+//! with `Content-Type: application/json` in either form, as kube-apiserver v1.32 does.
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+
+/// The kind of one object in the metadata form.
+const OBJECT_KIND: &str = "PartialObjectMetadata";
+/// The kind of a list in the metadata form.
+const LIST_KIND: &str = "PartialObjectMetadataList";
+/// The group-version of both.
+const META_API_VERSION: &str = "meta.k8s.io/v1";
+
+/// Which form a request's objects are answered in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Form {
+    /// Whole objects.
+    Full,
+    /// `PartialObjectMetadata`: `kind`, `apiVersion` and `metadata` only.
+    Metadata,
+}
+
+/// What a request is, as far as its form goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// A list: its metadata form is `PartialObjectMetadataList`.
+    List,
+    /// One object, or a watch's objects: `PartialObjectMetadata`.
+    Objects,
+}
+
+impl Form {
+    /// The form `accept` (the `Accept` header; none means anything) asks for first among
+    /// those served, or `None` when it accepts none of them (`406`).
+    pub(crate) fn negotiate(accept: Option<&str>, answer: Answer) -> Option<Form> {
+        let Some(accept) = accept else {
+            return Some(Form::Full);
+        };
+        let metadata_kind = match answer {
+            Answer::List => LIST_KIND,
+            Answer::Objects => OBJECT_KIND,
+        };
+        accept.split(',').find_map(|entry| {
+            let mut parts = entry.split(';').map(str::trim);
+            let media = parts.next().unwrap_or_default();
+            let mut kind = None;
+            let (mut group, mut version) = (None, None);
+            for parameter in parts {
+                match parameter.split_once('=') {
+                    Some(("as", value)) => kind = Some(value),
+                    Some(("g", value)) => group = Some(value),
+                    Some(("v", value)) => version = Some(value),
+                    _ => {}
+                }
+            }
+            if !matches!(media, "application/json" | "application/*" | "*/*") {
+                return None;
+            }
+            match kind {
+                None => Some(Form::Full),
+                Some(kind)
+                    if kind == metadata_kind
+                        && group == Some("meta.k8s.io")
+                        && version == Some("v1") =>
+                {
+                    Some(Form::Metadata)
+                }
+                // Tables and other forms are not served; a later entry may be.
+                Some(_) => None,
+            }
+        })
+    }
+
+    /// A list's `kind` and `apiVersion` in this form, given the listed resource's.
+    pub(crate) fn list_kind(self, kind: &str, api_version: &str) -> (String, String) {
+        match self {
+            Form::Full => (format!("{kind}List"), api_version.to_owned()),
+            Form::Metadata => (LIST_KIND.to_owned(), META_API_VERSION.to_owned()),
+        }
+    }
+
+    /// An object in this form: `object` (JSON with `kind` and `apiVersion`) as it is, or its
+    /// metadata as a `PartialObjectMetadata`. An object whose metadata cannot be found is
+    /// answered whole.
+    pub(crate) fn object(self, object: Bytes) -> Bytes {
+        match self {
+            Form::Full => object,
+            Form::Metadata => match metadata_of(&object) {
+                Some(metadata) => Bytes::from(format!(
+                    "{{\"kind\":\"{OBJECT_KIND}\",\"apiVersion\":\"{META_API_VERSION}\",\"metadata\":{metadata}}}"
+                )),
+                None => object,
+            },
+        }
+    }
+
+    /// The `kind` and `apiVersion` of a bookmark in this form, given the resource's.
+    pub(crate) fn bookmark_kind<'a>(
+        self,
+        kind: &'a str,
+        api_version: &'a str,
+    ) -> (&'a str, &'a str) {
+        match self {
+            Form::Full => (kind, api_version),
+            Form::Metadata => (OBJECT_KIND, META_API_VERSION),
+        }
+    }
+}
+
+/// The text of `object`'s `metadata`, read without building a tree.
+fn metadata_of(object: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Metadata<'a> {
+        #[serde(borrow)]
+        metadata: &'a RawValue,
+    }
+    let found: Metadata<'_> = serde_json::from_slice(object).ok()?;
+    Some(found.metadata.get().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_accept_header_picks_the_first_form_served() {
+        let client_go_list = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,\
+             application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+        assert_eq!(
+            Form::negotiate(Some(client_go_list), Answer::List),
+            Some(Form::Metadata)
+        );
+        // The list's form asked for an object: the plain JSON after it.
+        assert_eq!(
+            Form::negotiate(Some(client_go_list), Answer::Objects),
+            Some(Form::Full)
+        );
+        let kubectl = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+        assert_eq!(
+            Form::negotiate(Some(kubectl), Answer::List),
+            Some(Form::Full)
+        );
+        assert_eq!(Form::negotiate(None, Answer::Objects), Some(Form::Full));
+        let metadata_only = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+        assert_eq!(
+            Form::negotiate(Some(metadata_only), Answer::Objects),
+            Some(Form::Metadata)
+        );
+        assert_eq!(
+            Form::negotiate(Some("application/yaml"), Answer::List),
+            None
+        );
+        assert_eq!(
+            Form::negotiate(
+                Some("application/json;as=Table;v=v1;g=meta.k8s.io"),
+                Answer::List
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn an_object_becomes_its_metadata() {
+        let object = Bytes::from_static(
+            br#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","labels":{"x":"y"}},"data":{"k":"v"}}"#,
+        );
+        assert_eq!(
+            Form::Metadata.object(object.clone()),
+            Bytes::from_static(
+                br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"a","labels":{"x":"y"}}}"#
+            )
+        );
+        assert_eq!(Form::Full.object(object.clone()), object);
+    }
+}
