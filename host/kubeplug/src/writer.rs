@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use k8s_openapi::jiff::Timestamp;
 use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::Status;
@@ -65,7 +66,7 @@ impl LocalWriter {
                     }
                     Err(WriteError::NotFound(_)) => (
                         self.resource(&target.resource)?,
-                        Endpoint::Object.stored(None, manifest),
+                        created(Endpoint::Object.stored(None, manifest)),
                     ),
                     Err(error) => return Err(error),
                 };
@@ -114,7 +115,7 @@ impl LocalWriter {
                 namespace,
                 json,
             } => {
-                let mut object = Endpoint::Object.stored(None, parse(&json)?);
+                let mut object = created(Endpoint::Object.stored(None, parse(&json)?));
                 if let Some(namespace) = namespace {
                     object["metadata"]["namespace"] = Value::String(namespace);
                 }
@@ -150,7 +151,7 @@ impl LocalWriter {
                 };
                 let severity = event.severity();
                 let number = self.events.fetch_add(1, Ordering::Relaxed);
-                let event = event.to_json(number);
+                let event = created(event.to_json(number));
                 server
                     .create(&events, &event.to_string())
                     .map_err(status_error)?;
@@ -181,6 +182,17 @@ impl ClusterWriter for LocalWriter {
         let result = self.apply(plugin, write);
         Box::pin(async move { result })
     }
+}
+
+/// `object` with `metadata.creationTimestamp` now (whole seconds, as the API server writes
+/// it) unless it carries one: what a real server does on create, and kubectl's AGE reads.
+fn created(mut object: Value) -> Value {
+    if object.is_object() && object["metadata"].get("creationTimestamp").is_none() {
+        let now =
+            Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH);
+        object["metadata"]["creationTimestamp"] = Value::String(now.to_string());
+    }
+    object
 }
 
 fn parse(json: &str) -> Result<Value, WriteError> {
@@ -344,6 +356,9 @@ mod tests {
             (event["reason"].as_str(), event["type"].as_str()),
             (Some("MissingLabel"), Some("Warning"))
         );
+        // As the API server sets on create.
+        let stamped = event["metadata"]["creationTimestamp"].as_str().unwrap();
+        assert!(stamped.parse::<Timestamp>().is_ok(), "{stamped}");
 
         let missing = ObjectRef {
             name: "nope".into(),
