@@ -42,12 +42,12 @@ impl View {
     }
 
     /// A stored object as this view shows it.
-    pub(crate) fn show(self, stored: &[u8]) -> Bytes {
+    pub(crate) fn show(self, stored: Bytes) -> Bytes {
         match self {
-            View::Own => Bytes::copy_from_slice(stored),
-            View::CoreEvents => match serde_json::from_slice::<Value>(stored) {
+            View::Own => stored,
+            View::CoreEvents => match serde_json::from_slice::<Value>(&stored) {
                 Ok(object) => Bytes::from(rename(object, Direction::ToCore).to_string()),
-                Err(_) => Bytes::copy_from_slice(stored),
+                Err(_) => stored,
             },
         }
     }
@@ -102,7 +102,8 @@ mod tests {
             "deprecatedCount": 2,
         });
         let shown: Value =
-            serde_json::from_slice(&View::CoreEvents.show(stored.to_string().as_bytes())).unwrap();
+            serde_json::from_slice(&View::CoreEvents.show(Bytes::from(stored.to_string())))
+                .unwrap();
         assert_eq!(
             shown,
             json!({

@@ -583,10 +583,7 @@ impl Ctx<'_> {
             if i > 0 {
                 out.push(b',');
             }
-            match (self.view, self.form) {
-                (View::Own, Form::Full) => out.extend_from_slice(item),
-                (view, form) => out.extend_from_slice(&form.object(view.show(item))),
-            }
+            out.extend_from_slice(&self.form.object(self.view.show(item.clone())));
         }
         out.extend_from_slice(b"]}");
         full(StatusCode::OK, out)
@@ -644,7 +641,7 @@ impl Ctx<'_> {
             Some(json) => full(
                 StatusCode::OK,
                 self.form
-                    .object(with_kind(self.resource, &self.view.show(&json))),
+                    .object(with_kind(self.resource, &self.view.show(json))),
             ),
             None => self.not_found(),
         }
@@ -796,7 +793,7 @@ impl Ctx<'_> {
         match self.shared.memory.create(self.storage, &object.to_string()) {
             Ok(written) => full(
                 StatusCode::CREATED,
-                with_kind(self.resource, &self.view.show(&written.json)),
+                with_kind(self.resource, &self.view.show(written.json)),
             ),
             Err(status) if status.reason == "AlreadyExists" => status_response(
                 &Status::new(
@@ -869,7 +866,7 @@ impl Ctx<'_> {
         match self.store(object, &current) {
             Ok(json) => full(
                 StatusCode::OK,
-                with_kind(self.resource, &self.view.show(&json)),
+                with_kind(self.resource, &self.view.show(json)),
             ),
             Err(response) => response,
         }
@@ -949,7 +946,7 @@ impl Ctx<'_> {
                 Ok(json) => {
                     return full(
                         StatusCode::OK,
-                        with_kind(self.resource, &self.view.show(&json)),
+                        with_kind(self.resource, &self.view.show(json)),
                     );
                 }
                 Err(response) if response.status() == StatusCode::CONFLICT => continue,
@@ -998,7 +995,7 @@ impl Ctx<'_> {
         match self.shared.memory.create(self.storage, &object.to_string()) {
             Ok(written) => full(
                 StatusCode::CREATED,
-                with_kind(self.resource, &self.view.show(&written.json)),
+                with_kind(self.resource, &self.view.show(written.json)),
             ),
             Err(status) => status_response(&status, None),
         }
@@ -1008,7 +1005,7 @@ impl Ctx<'_> {
         match self.shared.memory.delete(self.storage, &self.key()) {
             Ok(written) => full(
                 StatusCode::OK,
-                with_kind(self.resource, &self.view.show(&written.json)),
+                with_kind(self.resource, &self.view.show(written.json)),
             ),
             Err(_) => self.not_found(),
         }
@@ -1048,10 +1045,7 @@ fn aborted() -> io::Error {
 impl WatchBody {
     /// An event's object as the watch answers it.
     fn shown(&self, object: Bytes) -> Bytes {
-        match (self.view, self.form) {
-            (View::Own, Form::Full) => object,
-            (view, form) => form.object(view.show(&object)),
-        }
+        self.form.object(self.view.show(object))
     }
 
     fn line(&self, event: WatchEvent) -> Vec<u8> {
