@@ -18,6 +18,7 @@
 //! min_resync_period_s = 30
 //! max_subscriptions = 32
 //! max_indexes = 32
+//! max_projections = 16
 //! max_instances = 32
 //! max_table_elements = 10000
 //! max_wasi_resources = 4096

@@ -24,6 +24,8 @@ pub struct Limits {
     pub max_subscriptions: Option<u32>,
     /// The most indexes a plugin may declare.
     pub max_indexes: Option<u32>,
+    /// The most projections (field paths read out for it) one subscription may declare.
+    pub max_projections: Option<u32>,
     /// The most core instances in one plugin instance (a component holds several).
     pub max_instances: Option<u32>,
     /// The most elements of one WebAssembly table.
@@ -59,6 +61,8 @@ pub struct SandboxLimits {
     pub max_subscriptions: u32,
     /// The most indexes a plugin may declare.
     pub max_indexes: u32,
+    /// The most projections one subscription may declare.
+    pub max_projections: u32,
     /// The most core instances in one plugin instance.
     pub max_instances: u32,
     /// The most elements of one WebAssembly table.
@@ -84,6 +88,8 @@ impl SandboxLimits {
     ///   on it busy (client-go clamps a handler's period in the same way).
     /// - 32 subscriptions, indexes and core instances: far above what a plugin needs (the
     ///   examples use at most 3, and a component a handful of core instances).
+    /// - 16 projections per subscription: a handler that reads more fields than that is
+    ///   better served by the object's JSON; each is evaluated on every event.
     /// - 10,000 table elements: a guest's function tables hold its indirect call targets
     ///   (a few thousand for a Python interpreter); growth past that is an attack.
     /// - 4,096 WASI resources instead of wasmtime's 1,000,000: a plugin holds a handful at
@@ -102,6 +108,7 @@ impl SandboxLimits {
         min_resync_period_s: 30,
         max_subscriptions: 32,
         max_indexes: 32,
+        max_projections: 16,
         max_instances: 32,
         max_table_elements: 10_000,
         max_wasi_resources: 4096,
@@ -134,6 +141,7 @@ impl Limits {
             min_resync_period_s: pick!(min_resync_period_s),
             max_subscriptions: pick!(max_subscriptions),
             max_indexes: pick!(max_indexes),
+            max_projections: pick!(max_projections),
             max_instances: pick!(max_instances),
             max_table_elements: pick!(max_table_elements),
             max_wasi_resources: pick!(max_wasi_resources),
@@ -159,6 +167,7 @@ impl Limits {
             ("min_resync_period_s", self.min_resync_period_s),
             ("max_subscriptions", self.max_subscriptions.map(u64::from)),
             ("max_indexes", self.max_indexes.map(u64::from)),
+            ("max_projections", self.max_projections.map(u64::from)),
             ("max_instances", self.max_instances.map(u64::from)),
             ("max_table_elements", self.max_table_elements.map(u64::from)),
             ("max_wasi_resources", self.max_wasi_resources.map(u64::from)),

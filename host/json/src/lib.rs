@@ -7,11 +7,16 @@
 //! a 5 KB Pod's metadata without paying to validate its spec and status (they reach plugins as
 //! the server sent them); every value the machinery itself reads is parsed strictly by
 //! serde_json. The input is a `&str`, so it is valid UTF-8.
+//!
+//! [`path`] evaluates field paths (`spec.containers[*].image`) with these scanners: the path
+//! language of `path` indexes and projections.
 
 use std::borrow::Cow;
 use std::ops::Range;
 
 use wide::u8x16;
+
+pub mod path;
 
 /// What was wrong with the bytes, and where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -185,6 +185,14 @@ fn render(description: &Description, path: &Path) -> String {
             format!(" ({})", details.join(", "))
         };
         let _ = writeln!(out, "  {}{details}", subscription.resource);
+        for projection in &subscription.projections {
+            let _ = writeln!(
+                out,
+                "    projects {}: {}",
+                projection.name,
+                projection.path.as_str()
+            );
+        }
     }
     for index in &description.indexes {
         let source = match &index.spec {

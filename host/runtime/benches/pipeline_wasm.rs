@@ -20,7 +20,8 @@
 //!   The no-op's latency comes from `noop-timed` (the no-op plus the probe), since `noop`
 //!   cannot report anything. Figures: medians of the repetitions' p50 and p99.
 //!
-//! Handlers: the native no-op closure, `noop`, `label-only` (one label from typed
+//! Handlers: the native no-op closure, the same on an informer keeping configmap-reload's 12
+//! `path` indexes (over the Pod spec), `noop`, `label-only` (one label from typed
 //! metadata), `json-parse` (serde_json over the whole object), and `label-only-js` and
 //! `label-only-py`, the label reading in JavaScript and Python; `KUBEPLUG_BENCH_HANDLERS`
 //! (e.g. `noop,label`) runs only those named, and the native baseline (for profiling). `cargo test` runs it at tiny
@@ -38,11 +39,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, ensure};
 use bytes::Bytes;
 use kubeplug_bench_support::{Figure, Run, median, peak_rss_bytes};
+use kubeplug_informer::indexer::IndexHandle;
 use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
 use kubeplug_informer::listener::{ListenerReceiver, Notification};
 use kubeplug_informer::object::ObjectDecoder;
 use kubeplug_informer::reflector::ReflectorConfig;
+use kubeplug_runtime::description::IndexSource;
 use kubeplug_runtime::events::run_events;
+use kubeplug_runtime::index::{IndexPath, informer_spec};
 use kubeplug_runtime::status::MetricValue;
 use kubeplug_runtime::{
     Grants, Gvk, IndexerMap, NoCluster, Plugin, PluginLimits, PluginSpec, Runtime, RuntimeConfig,
@@ -57,11 +61,31 @@ mod common;
 /// Notifications per handler call, native or Wasm (the events driver's default batch).
 const BATCH: usize = 64;
 
+/// The Pod-spec places configmap-reload indexes in a Deployment's pod template: 12 `path`
+/// indexes, each a walk into the object's spec.
+const PATH_INDEXES: [&str; 12] = [
+    "spec.volumes[*].configMap.name",
+    "spec.volumes[*].projected.sources[*].configMap.name",
+    "spec.containers[*].envFrom[*].configMapRef.name",
+    "spec.containers[*].env[*].valueFrom.configMapKeyRef.name",
+    "spec.initContainers[*].envFrom[*].configMapRef.name",
+    "spec.initContainers[*].env[*].valueFrom.configMapKeyRef.name",
+    "spec.volumes[*].secret.secretName",
+    "spec.volumes[*].projected.sources[*].secret.name",
+    "spec.containers[*].envFrom[*].secretRef.name",
+    "spec.containers[*].env[*].valueFrom.secretKeyRef.name",
+    "spec.initContainers[*].envFrom[*].secretRef.name",
+    "spec.initContainers[*].env[*].valueFrom.secretKeyRef.name",
+];
+
 /// A handler under test.
 #[derive(Debug, Clone, Copy)]
 enum Handler {
     /// A native closure draining the listener in batches of [`BATCH`].
     Native,
+    /// The same closure on an informer that also keeps the [`PATH_INDEXES`], declared as a
+    /// plugin declares them: its ratio to `Native` is what the indexes cost.
+    NativeIndexed,
     /// A Wasm plugin: `throughput` for the max rate, `timed` (the same work plus the
     /// latency probe) for the latency.
     Wasm {
@@ -71,8 +95,9 @@ enum Handler {
 }
 
 /// Every handler, the baseline first: (figure name, handler).
-const HANDLERS: [(&str, Handler); 6] = [
+const HANDLERS: [(&str, Handler); 7] = [
     ("native", Handler::Native),
+    ("native_path_indexes", Handler::NativeIndexed),
     (
         "noop",
         Handler::Wasm {
@@ -241,7 +266,7 @@ async fn attach(
     report_every: Option<usize>,
 ) -> Result<Attached> {
     match handler {
-        Handler::Native => {
+        Handler::Native | Handler::NativeIndexed => {
             let handled = Arc::new(AtomicU64::new(0));
             let report = Arc::new(Mutex::new(LatencyReport::default()));
             let mut probe = report_every.map(|report_every| NativeProbe {
@@ -308,6 +333,8 @@ struct Bench {
     informer: SharedIndexInformer,
     phases: mpsc::UnboundedSender<Phase>,
     handler: Attached,
+    /// The indexes live while their handles do.
+    _indexes: Vec<IndexHandle>,
 }
 
 impl Bench {
@@ -324,6 +351,13 @@ impl Bench {
             ObjectDecoder::new(pod_resource()),
             ReflectorConfig::default(),
         );
+        let mut indexes = Vec::new();
+        if let Handler::NativeIndexed = handler {
+            for path in PATH_INDEXES {
+                let source = IndexSource::Path(IndexPath::parse(path).map_err(anyhow::Error::msg)?);
+                indexes.push(informer.indexer().add_index(informer_spec(&source)));
+            }
+        }
         let rx = informer.add_handler(HandlerOptions::default());
         let handler = attach(runtime, handler, &informer, rx, report_every).await?;
         informer.start();
@@ -332,6 +366,7 @@ impl Bench {
             informer,
             phases,
             handler,
+            _indexes: indexes,
         };
         bench.wait_handled(pods.json.len() as u64).await?;
         Ok(bench)
@@ -492,7 +527,7 @@ fn main() -> Result<()> {
             let per_delta = figure("per_delta", ns, "ns");
             figures.push(match handler {
                 Handler::Native => per_delta,
-                Handler::Wasm { .. } => {
+                Handler::NativeIndexed | Handler::Wasm { .. } => {
                     per_delta.against("pipeline_wasm.native.per_delta", baseline_ns / ns)
                 }
             });

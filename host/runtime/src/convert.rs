@@ -2,9 +2,10 @@
 
 use kubeplug_informer::listener::Notification;
 use kubeplug_informer::object::Object;
+use kubeplug_json::path::Found;
 
 use crate::bindings::wit;
-use crate::description::{MetaFields, SubscriptionSpec};
+use crate::description::{MetaFields, Projection, SubscriptionSpec};
 
 /// The typed metadata of `object`: the parts `fields` names, the others empty.
 pub(crate) fn meta(object: &Object, fields: MetaFields) -> wit::ObjectMeta {
@@ -44,6 +45,39 @@ pub(crate) fn meta(object: &Object, fields: MetaFields) -> wit::ObjectMeta {
             .deletion_timestamp()
             .filter(|_| fields.deletion_timestamp)
             .map(str::to_owned),
+    }
+}
+
+/// What each of `projections` selects in `object`. An object whose JSON is malformed along a
+/// path gets no values for that path (the host's decoder checked its metadata only).
+pub(crate) fn projected(object: &Object, projections: &[Projection]) -> Vec<wit::Projected> {
+    projections
+        .iter()
+        .map(|projection| {
+            let mut values = Vec::new();
+            if projection
+                .path
+                .for_each(object.json(), |found| values.push(field_value(found)))
+                .is_err()
+            {
+                values.clear();
+            }
+            wit::Projected {
+                name: projection.name.clone(),
+                values,
+            }
+        })
+        .collect()
+}
+
+fn field_value(found: Found<'_>) -> wit::FieldValue {
+    match found {
+        Found::String(s) => wit::FieldValue::Text(s.into_owned()),
+        Found::Integer(i) => wit::FieldValue::Integer(i),
+        Found::Float(f) => wit::FieldValue::Float(f),
+        Found::Bool(b) => wit::FieldValue::Boolean(b),
+        Found::Null => wit::FieldValue::Null,
+        Found::Json(text) => wit::FieldValue::Json(text.to_owned()),
     }
 }
 
@@ -100,6 +134,8 @@ pub(crate) fn event(index: u32, spec: &SubscriptionSpec, n: &Notification) -> wi
         old_json: old
             .filter(|_| spec.wants_old_json)
             .map(|o| o.json().to_owned()),
+        projected: projected(object, &spec.projections),
+        old_projected: old.map_or_else(Vec::new, |o| projected(o, &spec.projections)),
     }
 }
 

@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kubeplug_informer::selector::{FieldSelector, LabelSelector};
+use kubeplug_json::path::{FieldPath, PathError};
 use kubeplug_policy::names::{check_namespace, is_dns_label, quoted};
 use kubeplug_policy::{NameError, WriteVerb};
 
@@ -18,7 +19,8 @@ use crate::index::IndexPath;
 /// [`MAX_INDEXES`] indexes and [`MAX_RESOURCES`] reads and writes; no string is over
 /// [`MAX_TEXT`] bytes; every selector parses; every index names a resource the plugin
 /// subscribes to or reads, and its path parses; index names are unique and none is
-/// `namespace`; a reconcile plugin has at least one worker.
+/// `namespace`; each subscription's projections keep the contract of [`Projection`]; a
+/// reconcile plugin has at least one worker.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Description {
     /// The plugin's name.
@@ -58,6 +60,38 @@ pub struct SubscriptionSpec {
     pub wants_old_json: bool,
     /// Reconcile mode: which key an event enqueues.
     pub enqueue: KeyMapping,
+    /// Field paths each event carries the values of, in the order events list them.
+    pub projections: Vec<Projection>,
+}
+
+/// A named field path whose values a subscription's events carry (`event.projected`).
+///
+/// Contract (checked by [`Description::check`]): the name is 1 to [`MAX_PROJECTION_NAME`]
+/// bytes of ASCII letters, digits, `_`, `-` and `.`, unique within its subscription; the
+/// path is at most [`MAX_PROJECTION_PATH`] bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Projection {
+    /// The name the plugin reads the values by.
+    pub name: String,
+    /// The path.
+    pub path: FieldPath,
+}
+
+/// The most projections a subscription may declare by default (`max_projections`): 16.
+/// Each is evaluated on every event of the subscription, and on updates twice.
+pub const MAX_PROJECTIONS: usize = 16;
+
+/// The longest projection name: 63 bytes.
+pub const MAX_PROJECTION_NAME: usize = 63;
+
+/// The longest projection path: 512 bytes, room for any path into a Kubernetes object.
+pub const MAX_PROJECTION_PATH: usize = 512;
+
+fn is_projection_name(name: &str) -> bool {
+    (1..=MAX_PROJECTION_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 /// The optional parts of an object's metadata that a subscription's events carry; namespace,
@@ -163,13 +197,15 @@ pub const MAX_INDEXES: usize = 32;
 /// can run at once (`max_reconcile_workers` in the configuration).
 pub const MAX_RECONCILE_WORKERS: usize = 16;
 
-/// What the host's configuration lets a plugin describe: how many subscriptions, indexes and
-/// reconcile workers (`max_subscriptions`, `max_indexes`, `max_reconcile_workers`). The
-/// default is the built-in bounds.
+/// What the host's configuration lets a plugin describe: how many subscriptions, indexes,
+/// reconcile workers and projections per subscription (`max_subscriptions`, `max_indexes`,
+/// `max_reconcile_workers`, `max_projections`). The default is the built-in bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DescriptionBounds {
     /// The most subscriptions.
     pub subscriptions: usize,
+    /// The most projections in one subscription.
+    pub projections: usize,
     /// The most custom indexes.
     pub indexes: usize,
     /// The most reconcile workers.
@@ -180,6 +216,7 @@ impl Default for DescriptionBounds {
     fn default() -> Self {
         Self {
             subscriptions: MAX_SUBSCRIPTIONS,
+            projections: MAX_PROJECTIONS,
             indexes: MAX_INDEXES,
             reconcile_workers: MAX_RECONCILE_WORKERS,
         }
@@ -339,6 +376,31 @@ pub enum DescriptionError {
         /// The name.
         name: String,
     },
+    /// A subscription declares more projections than its bound.
+    #[error(
+        "subscriptions[{subscription}].projections: {count} entries; at most {limit} \
+         (max_projections)"
+    )]
+    TooManyProjections {
+        /// Subscription index.
+        subscription: usize,
+        /// How many it declares.
+        count: usize,
+        /// The bound.
+        limit: usize,
+    },
+    /// A projection's name or path is not valid.
+    #[error("subscriptions[{subscription}].projections[{projection}].{field}: {reason}")]
+    InvalidProjection {
+        /// Subscription index.
+        subscription: usize,
+        /// Projection index.
+        projection: usize,
+        /// `name` or `path`.
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
     /// An index path did not parse.
     #[error("indexes[{index}] ({}): {reason}", quoted(.name))]
     InvalidIndexPath {
@@ -347,7 +409,7 @@ pub enum DescriptionError {
         /// Index name.
         name: String,
         /// The parser's complaint.
-        reason: String,
+        reason: PathError,
     },
 }
 
@@ -409,8 +471,112 @@ fn check_gvk(field: &dyn Fn() -> String, gvk: &Gvk) -> Result<(), DescriptionErr
         })
 }
 
-fn check_subscription(index: usize, s: &SubscriptionSpec) -> Result<(), DescriptionError> {
+fn check_subscription_count(
+    count: usize,
+    bounds: &DescriptionBounds,
+) -> Result<(), DescriptionError> {
+    check_count(
+        "subscriptions",
+        count,
+        bounds.subscriptions,
+        Some("max_subscriptions"),
+    )
+}
+
+/// The guest's projections of subscription `subscription`, parsed: the count and each path's
+/// length are checked before anything is parsed.
+fn parse_projections(
+    subscription: usize,
+    projections: Vec<guest::Projection>,
+    bounds: &DescriptionBounds,
+) -> Result<Vec<Projection>, DescriptionError> {
+    check_projection_count(subscription, projections.len(), bounds)?;
+    projections
+        .into_iter()
+        .enumerate()
+        .map(|(projection, p)| {
+            let invalid = |field, reason| DescriptionError::InvalidProjection {
+                subscription,
+                projection,
+                field,
+                reason,
+            };
+            if p.path.len() > MAX_PROJECTION_PATH {
+                return Err(invalid(
+                    "path",
+                    format!("{} bytes; at most {MAX_PROJECTION_PATH}", p.path.len()),
+                ));
+            }
+            let path = FieldPath::parse(&p.path).map_err(|e| invalid("path", e.to_string()))?;
+            Ok(Projection { name: p.name, path })
+        })
+        .collect()
+}
+
+fn check_projection_count(
+    subscription: usize,
+    count: usize,
+    bounds: &DescriptionBounds,
+) -> Result<(), DescriptionError> {
+    if count > bounds.projections {
+        return Err(DescriptionError::TooManyProjections {
+            subscription,
+            count,
+            limit: bounds.projections,
+        });
+    }
+    Ok(())
+}
+
+/// The contract of [`Projection`] for each of a subscription's projections, and its count.
+fn check_projections(
+    subscription: usize,
+    projections: &[Projection],
+    bounds: &DescriptionBounds,
+) -> Result<(), DescriptionError> {
+    check_projection_count(subscription, projections.len(), bounds)?;
+    let mut names = BTreeSet::new();
+    for (projection, p) in projections.iter().enumerate() {
+        let invalid = |field, reason| DescriptionError::InvalidProjection {
+            subscription,
+            projection,
+            field,
+            reason,
+        };
+        if !is_projection_name(&p.name) {
+            return Err(invalid(
+                "name",
+                format!(
+                    "{} is not 1 to {MAX_PROJECTION_NAME} bytes of letters, digits, '_', '-' \
+                     and '.'",
+                    quoted(&p.name)
+                ),
+            ));
+        }
+        if !names.insert(p.name.as_str()) {
+            return Err(invalid(
+                "name",
+                format!("{} is used twice", quoted(&p.name)),
+            ));
+        }
+        let length = p.path.as_str().len();
+        if length > MAX_PROJECTION_PATH {
+            return Err(invalid(
+                "path",
+                format!("{length} bytes; at most {MAX_PROJECTION_PATH}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_subscription(
+    index: usize,
+    s: &SubscriptionSpec,
+    bounds: &DescriptionBounds,
+) -> Result<(), DescriptionError> {
     let at = |field: &str| format!("subscriptions[{index}].{field}");
+    check_projections(index, &s.projections, bounds)?;
     check_gvk(&|| at("resource-type"), &s.resource)?;
     if let KeyMapping::Owner(owner) = &s.enqueue {
         check_gvk(&|| at("enqueue.owner"), owner)?;
@@ -453,25 +619,32 @@ impl Description {
         bounds: &DescriptionBounds,
     ) -> Result<Self, DescriptionError> {
         let gvk = Gvk::from;
+        // Bound the work before parsing any path.
+        check_subscription_count(raw.subscriptions.len(), bounds)?;
         let subscriptions = raw
             .subscriptions
             .into_iter()
-            .map(|s| SubscriptionSpec {
-                resource: gvk(s.resource_type),
-                namespace: s.namespace,
-                label_selector: s.label_selector,
-                field_selector: s.field_selector,
-                resync_period: s.resync_period_ms.map(Duration::from_millis),
-                meta_fields: s.meta_fields.into(),
-                wants_object_json: s.wants_object_json,
-                wants_old_json: s.wants_old_json,
-                enqueue: match s.enqueue {
-                    guest::KeyMapping::OwnKey => KeyMapping::OwnKey,
-                    guest::KeyMapping::Owner(g) => KeyMapping::Owner(g.into()),
-                    guest::KeyMapping::Computed => KeyMapping::Computed,
-                },
+            .enumerate()
+            .map(|(index, s)| {
+                let projections = parse_projections(index, s.projections, bounds)?;
+                Ok(SubscriptionSpec {
+                    resource: gvk(s.resource_type),
+                    namespace: s.namespace,
+                    label_selector: s.label_selector,
+                    field_selector: s.field_selector,
+                    resync_period: s.resync_period_ms.map(Duration::from_millis),
+                    meta_fields: s.meta_fields.into(),
+                    wants_object_json: s.wants_object_json,
+                    wants_old_json: s.wants_old_json,
+                    enqueue: match s.enqueue {
+                        guest::KeyMapping::OwnKey => KeyMapping::OwnKey,
+                        guest::KeyMapping::Owner(g) => KeyMapping::Owner(g.into()),
+                        guest::KeyMapping::Computed => KeyMapping::Computed,
+                    },
+                    projections,
+                })
             })
-            .collect();
+            .collect::<Result<Vec<_>, DescriptionError>>()?;
         let indexes = raw
             .indexes
             .into_iter()
@@ -540,12 +713,7 @@ impl Description {
         if raw.subscriptions.is_empty() {
             return Err(DescriptionError::NoSubscription);
         }
-        check_count(
-            "subscriptions",
-            raw.subscriptions.len(),
-            bounds.subscriptions,
-            Some("max_subscriptions"),
-        )?;
+        check_subscription_count(raw.subscriptions.len(), bounds)?;
         check_count(
             "indexes",
             raw.indexes.len(),
@@ -563,7 +731,7 @@ impl Description {
             });
         }
         for (index, s) in raw.subscriptions.iter().enumerate() {
-            check_subscription(index, s)?;
+            check_subscription(index, s, bounds)?;
         }
         for (index, read) in raw.reads.iter().enumerate() {
             check_gvk(&|| format!("reads[{index}]"), read)?;
@@ -694,6 +862,57 @@ mod tests {
             wants_object_json: false,
             wants_old_json: false,
             enqueue: KeyMapping::OwnKey,
+            projections: Vec::new(),
+        }
+    }
+
+    fn projection(name: &str, path: &str) -> Projection {
+        Projection {
+            name: name.to_owned(),
+            path: FieldPath::parse(path).unwrap(),
+        }
+    }
+
+    #[test]
+    fn projections_keep_their_contract() {
+        let with = |projections: Vec<Projection>| {
+            let mut r = raw();
+            r.subscriptions[0].projections = projections;
+            r
+        };
+        let fine = with(vec![
+            projection("replicas", "spec.replicas"),
+            projection("images_v1.x-y", "spec.containers[*].image"),
+        ]);
+        let checked = Description::check(fine, &DescriptionBounds::default()).unwrap();
+        assert_eq!(checked.subscriptions[0].projections.len(), 2);
+        let cases = [
+            (
+                vec![projection("", "a")],
+                "subscriptions[0].projections[0].name: \"\" is not 1 to 63 bytes",
+            ),
+            (
+                vec![projection(&"n".repeat(64), "a")],
+                "subscriptions[0].projections[0].name: ",
+            ),
+            (
+                vec![projection("a", "x"), projection("a", "y")],
+                "subscriptions[0].projections[1].name: \"a\" is used twice",
+            ),
+            (
+                vec![projection("a", &format!("x.{}", "y".repeat(511)))],
+                "subscriptions[0].projections[0].path: 513 bytes; at most 512",
+            ),
+            (
+                (0..=MAX_PROJECTIONS)
+                    .map(|i| projection(&format!("p{i}"), "a"))
+                    .collect(),
+                "subscriptions[0].projections: 17 entries; at most 16 (max_projections)",
+            ),
+        ];
+        for (projections, expected) in cases {
+            let message = refusal(with(projections));
+            assert!(message.starts_with(expected), "{message}");
         }
     }
 
@@ -782,6 +1001,7 @@ mod tests {
         );
         let tight = DescriptionBounds {
             subscriptions: 1,
+            projections: 0,
             indexes: 0,
             reconcile_workers: 2,
         };

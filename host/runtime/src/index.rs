@@ -4,86 +4,48 @@ use std::sync::Arc;
 
 use kubeplug_informer::indexer::IndexSpec;
 use kubeplug_informer::object::Object;
-use serde_json::Value;
+use kubeplug_json::path::{FieldPath, Found, PathError};
 
 use crate::description::IndexSource;
 
-/// A path into an object's JSON: dotted field names, where a `[*]` suffix iterates over an
-/// array, e.g. `spec.template.spec.volumes[*].configMap.name`.
+/// A `path` index: a [`FieldPath`] into an object's JSON, e.g.
+/// `spec.template.spec.volumes[*].configMap.name`.
 ///
-/// Contract: each string, number or bool found at the end of the path is one index value
-/// (numbers and bools as their JSON text); objects, arrays and nulls found there, and
-/// missing fields, add nothing. Values are deduplicated and sorted.
+/// Contract: each string, number or bool the path selects is one index value (a number as
+/// its JSON text as sent, a bool as `true` or `false`); objects, arrays and nulls, and
+/// missing fields, add nothing. Values are deduplicated and sorted. An object whose JSON is
+/// malformed along the path is filed under no value.
+///
+/// Evaluated by the structural scanner of `kubeplug-json`: the members on the path are
+/// walked and the rest skipped, without a `serde_json::Value` tree, since it runs for the
+/// old and the new object of every update, under the Indexer's lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IndexPath {
-    text: String,
-    steps: Vec<Step>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Step {
-    Field(String),
-    Each,
-}
+pub struct IndexPath(FieldPath);
 
 impl IndexPath {
-    /// Parses the path text; the error says what is wrong where.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        if text.is_empty() {
-            return Err("empty index path".to_owned());
-        }
-        let mut steps = Vec::new();
-        for segment in text.split('.') {
-            let mut field = segment;
-            let mut each = 0;
-            while let Some(rest) = field.strip_suffix("[*]") {
-                field = rest;
-                each += 1;
-            }
-            if field.is_empty() || field.contains(['[', ']', '*']) {
-                return Err(format!(
-                    "path {text:?}: segment {segment:?} must be a field name, optionally followed by [*]"
-                ));
-            }
-            steps.push(Step::Field(field.to_owned()));
-            steps.extend(std::iter::repeat_n(Step::Each, each));
-        }
-        Ok(Self {
-            text: text.to_owned(),
-            steps,
-        })
+    /// Parses the path text; the error names the bad segment.
+    pub fn parse(text: &str) -> Result<Self, PathError> {
+        FieldPath::parse(text).map(Self)
     }
 
     /// The path as written.
     pub fn as_str(&self) -> &str {
-        &self.text
+        self.0.as_str()
     }
 
-    /// The values the path finds in `json`; nothing when `json` does not parse.
+    /// The values the path finds in `json`.
     pub fn values(&self, json: &str) -> Vec<String> {
-        let Ok(root) = serde_json::from_str::<Value>(json) else {
+        let mut values = Vec::new();
+        let mut malformed = false;
+        let walked = self.0.for_each_raw(json, |raw| match Found::classify(raw) {
+            Ok(Found::String(s)) => values.push(s.into_owned()),
+            Ok(Found::Integer(_) | Found::Float(_) | Found::Bool(_)) => values.push(raw.to_owned()),
+            Ok(Found::Null | Found::Json(_)) => {}
+            Err(_) => malformed = true,
+        });
+        if malformed || walked.is_err() {
             return Vec::new();
-        };
-        let mut current = vec![&root];
-        for step in &self.steps {
-            current = match step {
-                Step::Field(name) => current.into_iter().filter_map(|v| v.get(name)).collect(),
-                Step::Each => current
-                    .into_iter()
-                    .filter_map(Value::as_array)
-                    .flatten()
-                    .collect(),
-            };
         }
-        let mut values: Vec<String> = current
-            .into_iter()
-            .filter_map(|v| match v {
-                Value::String(s) => Some(s.clone()),
-                Value::Number(n) => Some(n.to_string()),
-                Value::Bool(b) => Some(b.to_string()),
-                _ => None,
-            })
-            .collect();
         values.sort();
         values.dedup();
         values
@@ -91,7 +53,7 @@ impl IndexPath {
 }
 
 /// The informer index for a declared source. Same source, same name: plugins share it.
-pub(crate) fn informer_spec(source: &IndexSource) -> IndexSpec {
+pub fn informer_spec(source: &IndexSource) -> IndexSpec {
     match source {
         IndexSource::Label(key) => IndexSpec::Label(key.clone()),
         IndexSource::OwnerUid => IndexSpec::OwnerUid,
@@ -124,9 +86,16 @@ mod tests {
     fn nested_arrays_and_scalars() {
         let path = IndexPath::parse("m[*][*]").unwrap();
         assert_eq!(
-            path.values(r#"{"m":[[1,true],["x",null,{}]]}"#),
-            ["1", "true", "x"]
+            path.values(r#"{"m":[[1,true],["x",null,{}],[2.50,"a\"b"]]}"#),
+            ["1", "2.50", "a\"b", "true", "x"]
         );
+    }
+
+    #[test]
+    fn malformed_json_on_the_path_files_nothing() {
+        let path = IndexPath::parse("m[*]").unwrap();
+        assert!(path.values(r#"{"m":["a",tru]}"#).is_empty());
+        assert!(path.values(r#"{"m":["a","b"#).is_empty());
     }
 
     #[test]

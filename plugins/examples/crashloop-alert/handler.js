@@ -78,6 +78,7 @@ function describe() {
         wantsObjectJson: true,
         wantsOldJson: false,
         enqueue: { tag: "own-key" },
+        projections: [],
       },
     ],
     delivery: { tag: "events" },

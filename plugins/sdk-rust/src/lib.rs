@@ -47,19 +47,21 @@ pub mod bindings {
 use serde::de::DeserializeOwned;
 
 pub use bindings::exports::kubeplug::plugin::handler::{
-    Delivery, Description, IndexDecl, IndexSpec, KeyMapping, MetaFields, ReconcileResult,
-    Subscription, WriteRequest, WriteVerb,
+    Delivery, Description, IndexDecl, IndexSpec, KeyMapping, MetaFields, Projection,
+    ReconcileResult, Subscription, WriteRequest, WriteVerb,
 };
 pub use bindings::kubeplug::plugin::types::{
-    CachedObject, Error, Event, EventType, Gvk, Label, ObjectMeta, ObjectRef, OwnerReference,
+    CachedObject, Error, Event, EventType, FieldValue, Gvk, Label, ObjectMeta, ObjectRef,
+    OwnerReference, Projected,
 };
 
 /// Everything a plugin usually needs, for `use kubeplug_sdk::prelude::*`.
 pub mod prelude {
     pub use crate::{
-        CachedObject, Delivery, Description, Error, Event, EventType, Gvk, IndexDecl, IndexSpec,
-        KeyMapping, MetaFields, ObjectMeta, ObjectRef, Plugin, ReconcileResult, Settings,
-        Subscription, WriteRequest, WriteVerb, cache, cluster, export_plugin, gvk, log, metrics,
+        CachedObject, Delivery, Description, Error, Event, EventType, FieldValue, Gvk, IndexDecl,
+        IndexSpec, KeyMapping, MetaFields, ObjectMeta, ObjectRef, Plugin, ReconcileResult,
+        Settings, Subscription, WriteRequest, WriteVerb, cache, cluster, export_plugin, gvk, log,
+        metrics,
     };
 }
 
@@ -191,6 +193,7 @@ impl Subscription {
             wants_object_json: false,
             wants_old_json: false,
             enqueue: KeyMapping::OwnKey,
+            projections: Vec::new(),
         }
     }
 
@@ -206,6 +209,18 @@ impl Subscription {
     /// Also send each event's object JSON.
     pub fn with_json(mut self) -> Self {
         self.wants_object_json = true;
+        self
+    }
+
+    /// Have the host read the values at `path` out of each object (dotted fields, `[*]`
+    /// iterates over an array: `spec.replicas`, `spec.template.spec.containers[*].image`),
+    /// so that the handler reads them by `name` ([`Event::field`], [`Event::field_i64`]...)
+    /// without parsing the object's JSON.
+    pub fn project(mut self, name: &str, path: &str) -> Self {
+        self.projections.push(Projection {
+            name: name.to_owned(),
+            path: path.to_owned(),
+        });
         self
     }
 
@@ -254,6 +269,14 @@ impl ObjectMeta {
     }
 }
 
+/// The values `name` selected, among one object's projections.
+fn values_of<'a>(projected: &'a [Projected], name: &str) -> &'a [FieldValue] {
+    projected
+        .iter()
+        .find(|p| p.name == name)
+        .map_or(&[], |p| p.values.as_slice())
+}
+
 impl Event {
     /// The object's key.
     pub fn key(&self) -> String {
@@ -275,6 +298,88 @@ impl Event {
             )
         })?;
         serde_json::from_str(json).map_err(|e| format!("{}: {e}", self.key()))
+    }
+
+    /// The values projection `name` selected in the object, in document order: empty when
+    /// its path matched nothing (or the subscription declares no such projection).
+    pub fn field(&self, name: &str) -> &[FieldValue] {
+        values_of(&self.projected, name)
+    }
+
+    /// The same in the previous state (`updated` events only; empty otherwise).
+    pub fn old_field(&self, name: &str) -> &[FieldValue] {
+        values_of(&self.old_projected, name)
+    }
+
+    /// The first value of projection `name`, if it is a string.
+    pub fn field_str(&self, name: &str) -> Option<&str> {
+        self.field(name).first().and_then(FieldValue::as_str)
+    }
+
+    /// The first value of projection `name`, if it is an integer that fits in an `i64`.
+    pub fn field_i64(&self, name: &str) -> Option<i64> {
+        self.field(name).first().and_then(FieldValue::as_i64)
+    }
+
+    /// The first value of projection `name`, if it is a number.
+    pub fn field_f64(&self, name: &str) -> Option<f64> {
+        self.field(name).first().and_then(FieldValue::as_f64)
+    }
+
+    /// The first value of projection `name`, if it is a bool.
+    pub fn field_bool(&self, name: &str) -> Option<bool> {
+        self.field(name).first().and_then(FieldValue::as_bool)
+    }
+}
+
+impl FieldValue {
+    /// The string, if this is one.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            FieldValue::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The integer, if this is one.
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            FieldValue::Integer(i) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// The number, integer or not.
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            FieldValue::Integer(i) => Some(*i as f64),
+            FieldValue::Float(f) => Some(*f),
+            _ => None,
+        }
+    }
+
+    /// The bool, if this is one.
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            FieldValue::Boolean(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// The JSON text of an object or array.
+    pub fn as_json(&self) -> Option<&str> {
+        match self {
+            FieldValue::Json(text) => Some(text),
+            _ => None,
+        }
+    }
+
+    /// An object or array parsed into `T`.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, String> {
+        let text = self
+            .as_json()
+            .ok_or_else(|| format!("{self:?} is not an object or array"))?;
+        serde_json::from_str(text).map_err(|e| e.to_string())
     }
 }
 

@@ -55,6 +55,7 @@ function describe() {
         wantsObjectJson: false,
         wantsOldJson: false,
         enqueue: { tag: "own-key" },
+        projections: [],
       },
     ],
     delivery: { tag: "events" },

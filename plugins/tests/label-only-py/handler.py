@@ -83,6 +83,7 @@ class Handler(exports.Handler):
                     wants_object_json=False,
                     wants_old_json=False,
                     enqueue=KeyMapping_OwnKey(),
+                    projections=[],
                 )
             ],
             delivery=Delivery_Events(),

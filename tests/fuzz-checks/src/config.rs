@@ -46,6 +46,7 @@ pub fn config_file(data: &[u8]) {
             limits.min_resync_period_s,
             u64::from(limits.max_subscriptions),
             u64::from(limits.max_indexes),
+            u64::from(limits.max_projections),
             u64::from(limits.max_instances),
             u64::from(limits.max_table_elements),
             u64::from(limits.max_wasi_resources),

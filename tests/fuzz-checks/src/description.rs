@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use crate::input::Input;
 use kubeplug_informer::selector::{FieldSelector, LabelSelector};
+use kubeplug_json::path::FieldPath;
 use kubeplug_runtime::description::{
-    Delivery, Description, DescriptionBounds, KeyMapping, MAX_INDEXES, MAX_RECONCILE_WORKERS,
-    MAX_RESOURCES, MAX_SUBSCRIPTIONS, MAX_TEXT, MetaFields, RawDescription, RawIndex, RawIndexSpec,
-    SubscriptionSpec,
+    Delivery, Description, DescriptionBounds, KeyMapping, MAX_INDEXES, MAX_PROJECTIONS,
+    MAX_RECONCILE_WORKERS, MAX_RESOURCES, MAX_SUBSCRIPTIONS, MAX_TEXT, MetaFields, Projection,
+    RawDescription, RawIndex, RawIndexSpec, SubscriptionSpec,
 };
 use kubeplug_runtime::index::IndexPath;
 use kubeplug_runtime::{Gvk, WriteVerb};
@@ -73,6 +74,14 @@ impl Input<'_> {
                 1 => KeyMapping::Owner(self.gvk()),
                 _ => KeyMapping::Computed,
             },
+            // Paths the parser refuses never reach a description: `from_guest` refuses them.
+            projections: (0..self.count(MAX_PROJECTIONS))
+                .filter_map(|_| {
+                    let name = self.text();
+                    let path = FieldPath::parse(&self.text()).ok()?;
+                    Some(Projection { name, path })
+                })
+                .collect(),
         }
     }
 
@@ -260,6 +269,22 @@ fn reference_problems(raw: &RawDescription) -> Vec<String> {
             .is_some_and(|ns| !ns.is_empty() && !dns_label(ns))
         {
             named_wrong.push(format!("{at}.namespace"));
+        }
+        if s.projections.len() > MAX_PROJECTIONS {
+            named_wrong.push(format!("{at}.projections"));
+        }
+        let mut projection_names = BTreeSet::new();
+        for (j, p) in s.projections.iter().enumerate() {
+            let name_valid = (1..=63).contains(&p.name.len())
+                && p.name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            if !name_valid || !projection_names.insert(&p.name) {
+                named_wrong.push(format!("{at}.projections[{j}].name"));
+            }
+            if p.path.as_str().len() > 512 {
+                named_wrong.push(format!("{at}.projections[{j}].path"));
+            }
         }
     }
     for (i, r) in raw.reads.iter().enumerate() {

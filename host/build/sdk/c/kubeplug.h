@@ -45,6 +45,24 @@ const plugin_string_t *kp_label(const kubeplug_plugin_types_object_meta_t *meta,
 // A resource type; its strings are malloc'd (what `describe` returns must be).
 kubeplug_plugin_types_gvk_t kp_gvk(const char *group, const char *version, const char *kind);
 
+// ---- Projections ----
+// A subscription's projections are field paths whose values the host reads out of each
+// object, so that a handler reads them without parsing the object's JSON.
+
+// A projection for a subscription's `projections` list; its strings are malloc'd.
+exports_kubeplug_plugin_handler_projection_t kp_projection(const char *name, const char *path);
+
+// The values projection `name` selected in the event's object (with `old`, in the previous
+// state of an `updated` event), or NULL when the event carries no projection of that name.
+const kubeplug_plugin_types_list_field_value_t *kp_field(
+    const kubeplug_plugin_types_event_t *event, const char *name, bool old);
+
+// The first value of projection `name`, when it is a string (`*out` views the event's text),
+// an integer, or a number (an integer too): true when there is one of that type.
+bool kp_field_str(const kubeplug_plugin_types_event_t *event, const char *name, plugin_string_t *out);
+bool kp_field_i64(const kubeplug_plugin_types_event_t *event, const char *name, int64_t *out);
+bool kp_field_f64(const kubeplug_plugin_types_event_t *event, const char *name, double *out);
+
 // ---- Logs and metrics ----
 // Fields and labels are given as key, value, key, value, ..., NULL (C strings).
 

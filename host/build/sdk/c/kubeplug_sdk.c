@@ -58,6 +58,66 @@ kubeplug_plugin_types_gvk_t kp_gvk(const char *group, const char *version, const
   return g;
 }
 
+exports_kubeplug_plugin_handler_projection_t kp_projection(const char *name, const char *path) {
+  exports_kubeplug_plugin_handler_projection_t p;
+  plugin_string_dup(&p.name, name);
+  plugin_string_dup(&p.path, path);
+  return p;
+}
+
+const kubeplug_plugin_types_list_field_value_t *kp_field(
+    const kubeplug_plugin_types_event_t *event, const char *name, bool old) {
+  const kubeplug_plugin_types_list_projected_t *projected =
+      old ? &event->old_projected : &event->projected;
+  for (size_t i = 0; i < projected->len; i++) {
+    if (kp_is(&projected->ptr[i].name, name)) {
+      return &projected->ptr[i].values;
+    }
+  }
+  return NULL;
+}
+
+// The first value of projection `name`, or NULL.
+static const kubeplug_plugin_types_field_value_t *first_value(
+    const kubeplug_plugin_types_event_t *event, const char *name) {
+  const kubeplug_plugin_types_list_field_value_t *values = kp_field(event, name, false);
+  return values == NULL || values->len == 0 ? NULL : &values->ptr[0];
+}
+
+bool kp_field_str(const kubeplug_plugin_types_event_t *event, const char *name, plugin_string_t *out) {
+  const kubeplug_plugin_types_field_value_t *v = first_value(event, name);
+  if (v == NULL || v->tag != KUBEPLUG_PLUGIN_TYPES_FIELD_VALUE_TEXT) {
+    return false;
+  }
+  *out = v->val.text;
+  return true;
+}
+
+bool kp_field_i64(const kubeplug_plugin_types_event_t *event, const char *name, int64_t *out) {
+  const kubeplug_plugin_types_field_value_t *v = first_value(event, name);
+  if (v == NULL || v->tag != KUBEPLUG_PLUGIN_TYPES_FIELD_VALUE_INTEGER) {
+    return false;
+  }
+  *out = v->val.integer;
+  return true;
+}
+
+bool kp_field_f64(const kubeplug_plugin_types_event_t *event, const char *name, double *out) {
+  const kubeplug_plugin_types_field_value_t *v = first_value(event, name);
+  if (v == NULL) {
+    return false;
+  }
+  if (v->tag == KUBEPLUG_PLUGIN_TYPES_FIELD_VALUE_INTEGER) {
+    *out = (double)v->val.integer;
+    return true;
+  }
+  if (v->tag == KUBEPLUG_PLUGIN_TYPES_FIELD_VALUE_FLOAT) {
+    *out = v->val.float_;
+    return true;
+  }
+  return false;
+}
+
 // The key, value, ..., NULL pairs of `pairs` as labels (views of the arguments), malloc'd.
 static kubeplug_plugin_types_label_t *labels_of(va_list pairs, size_t *count) {
   kubeplug_plugin_types_label_t *labels = NULL;

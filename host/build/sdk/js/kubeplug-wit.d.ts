@@ -31,7 +31,18 @@ declare namespace KubeplugWit {
     meta: ObjectMeta;
     objectJson: string | null;
     oldJson: string | null;
+    projected: Projected[];
+    oldProjected: Projected[];
   }
+  type FieldValue =
+    | { tag: "text"; val: string }
+    | { tag: "integer"; val: bigint | number }
+    | { tag: "float"; val: number }
+    | { tag: "boolean"; val: boolean }
+    | { tag: "null" }
+    | { tag: "json"; val: string };
+  interface Projected { name: string; values: FieldValue[] }
+  interface Projection { name: string; path: string }
   /** What an import throws. */
   type HostError = { tag: "not-found" | "not-permitted" | "invalid-input" | "conflict" | "unavailable"; val: string };
   type Level = "trace" | "debug" | "info" | "warn" | "error";
@@ -49,6 +60,7 @@ declare namespace KubeplugWit {
     wantsObjectJson: boolean;
     wantsOldJson: boolean;
     enqueue: KeyMapping;
+    projections: Projection[];
   }
   type Delivery = { tag: "events" } | { tag: "reconcile"; val: number };
   type IndexSpec = { tag: "label"; val: string } | { tag: "owner-uid" } | { tag: "path"; val: string };

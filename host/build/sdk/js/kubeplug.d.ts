@@ -16,6 +16,10 @@ export type Level = KubeplugWit.Level;
 export type MetaFields = KubeplugWit.MetaFields;
 export type KeyMapping = KubeplugWit.KeyMapping;
 export type Subscription = KubeplugWit.Subscription;
+export type Projection = KubeplugWit.Projection;
+export type FieldValue = KubeplugWit.FieldValue;
+/** A projected value as JavaScript: a string, number, bigint (an integer past 2^53), boolean, null, or a parsed object or array. */
+export type Value = string | number | bigint | boolean | null | object;
 export type IndexDecl = KubeplugWit.IndexDecl;
 export type WriteRequest = KubeplugWit.WriteRequest;
 export type Description = KubeplugWit.Description;
@@ -33,6 +37,10 @@ export function error(message: string, fields?: Record<string, unknown>): void;
 export function counterAdd(name: string, labels?: Record<string, unknown>, delta?: number): void;
 export function gaugeSet(name: string, value: number, labels?: Record<string, unknown>): void;
 export function subscription(resourceType: Gvk, options?: Partial<Subscription>): Subscription;
+export function projection(name: string, path: string): Projection;
+export function value(field: FieldValue): Value;
+export function field(event: Event, name: string): Value[];
+export function oldField(event: Event, name: string): Value[];
 export function description(parts: {
   name: string;
   version: string;

@@ -63,8 +63,48 @@ export function subscription(resourceType, options = {}) {
     wantsObjectJson: false,
     wantsOldJson: false,
     enqueue: { tag: "own-key" },
+    projections: [],
     ...options,
   };
+}
+
+/**
+ * A field path whose values the host reads out of each object for the handler, read back by
+ * `name` with `field`: subscription(pods, { projections: [projection("image", "spec.containers[*].image")] }).
+ */
+export function projection(name, path) {
+  return { name, path };
+}
+
+/** A projected value as JavaScript: objects and arrays parsed, integers as numbers while exact. */
+export function value(field) {
+  switch (field.tag) {
+    case "null":
+      return null;
+    case "integer": {
+      const n = Number(field.val);
+      return Number.isSafeInteger(n) ? n : field.val;
+    }
+    case "json":
+      return JSON.parse(field.val);
+    default:
+      return field.val;
+  }
+}
+
+function valuesOf(projected, name) {
+  const found = projected.find((p) => p.name === name);
+  return found === undefined ? [] : found.values.map(value);
+}
+
+/** The values projection `name` selected in the event's object, in document order. */
+export function field(event, name) {
+  return valuesOf(event.projected, name);
+}
+
+/** The same in the previous state (`updated` events; empty otherwise). */
+export function oldField(event, name) {
+  return valuesOf(event.oldProjected, name);
 }
 
 /**

@@ -24,6 +24,7 @@ from wit_world.exports.handler import (
     KeyMapping,
     KeyMapping_OwnKey,
     MetaFields,
+    Projection,
     ReconcileResult,
     ReconcileResult_Done,
     ReconcileResult_Error,
@@ -34,7 +35,18 @@ from wit_world.exports.handler import (
 )
 from wit_world.imports import log as _log
 from wit_world.imports import metrics as _metrics
-from wit_world.imports.types import Event, EventType, Gvk, Label, ObjectMeta, ObjectRef
+from wit_world.imports.types import (
+    Event,
+    EventType,
+    FieldValue,
+    FieldValue_Json,
+    FieldValue_Null,
+    Gvk,
+    Label,
+    ObjectMeta,
+    ObjectRef,
+    Projected,
+)
 
 #: Every part of the metadata an event can carry besides namespace, name,
 #: resourceVersion and generation.
@@ -118,9 +130,10 @@ def subscription(
     wants_object_json: bool = False,
     wants_old_json: bool = False,
     enqueue: Optional[KeyMapping] = None,
+    projections: Sequence[Projection] = (),
 ) -> Subscription:
-    """A subscription to `resource_type`: all metadata, no JSON, the object's own key,
-    unless a keyword says otherwise."""
+    """A subscription to `resource_type`: all metadata, no JSON, the object's own key, no
+    projections, unless a keyword says otherwise."""
     return Subscription(
         resource_type=resource_type,
         namespace=namespace,
@@ -131,7 +144,41 @@ def subscription(
         wants_object_json=wants_object_json,
         wants_old_json=wants_old_json,
         enqueue=KeyMapping_OwnKey() if enqueue is None else enqueue,
+        projections=list(projections),
     )
+
+
+def projection(name: str, path: str) -> Projection:
+    """A field path whose values the host reads out of each object for the handler, read
+    back by `name` with `field`: `subscription(pods, projections=[projection("image",
+    "spec.containers[*].image")])`."""
+    return Projection(name=name, path=path)
+
+
+def value(field_value: FieldValue) -> Any:
+    """A projected value as Python: str, int, float, bool, None, or a parsed dict or list."""
+    if isinstance(field_value, FieldValue_Null):
+        return None
+    if isinstance(field_value, FieldValue_Json):
+        return json.loads(field_value.value)
+    return field_value.value
+
+
+def _values_of(projected: List[Projected], name: str) -> List[Any]:
+    for p in projected:
+        if p.name == name:
+            return [value(v) for v in p.values]
+    return []
+
+
+def field(event: Event, name: str) -> List[Any]:
+    """The values projection `name` selected in the event's object, in document order."""
+    return _values_of(event.projected, name)
+
+
+def old_field(event: Event, name: str) -> List[Any]:
+    """The same in the previous state (`updated` events; empty otherwise)."""
+    return _values_of(event.old_projected, name)
 
 
 def description(

@@ -65,6 +65,7 @@ fn runtime_limits(configured: &SandboxLimits) -> PluginLimits {
         description: DescriptionBounds {
             subscriptions: count(configured.max_subscriptions),
             indexes: count(configured.max_indexes),
+            projections: count(configured.max_projections),
             reconcile_workers: count(configured.max_reconcile_workers),
         },
         min_resync_period: Duration::from_secs(configured.min_resync_period_s),

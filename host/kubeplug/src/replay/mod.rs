@@ -22,6 +22,7 @@ mod report;
 
 use pipeline::{Informers, Pipeline, ReadYourWrites};
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -30,7 +31,9 @@ use kubeplug_informer::factory::SharedInformerFactory;
 use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::reflector::ReflectorConfig;
 use kubeplug_local::LocalCluster;
-use kubeplug_runtime::{ClusterWriter, Gvk, PluginLimits, PluginSpec, Runtime, RuntimeConfig};
+use kubeplug_runtime::{
+    ClusterWriter, Description, Gvk, PluginLimits, PluginSpec, Runtime, RuntimeConfig,
+};
 
 pub(crate) use events::{Change, Format};
 use journal::Journal;
@@ -133,7 +136,16 @@ pub(crate) async fn test(args: TestArgs) -> anyhow::Result<()> {
 
     let pipeline = Pipeline::start(&plugin, &informers, cache.as_ref(), args.timeout).await?;
     let mut steps = Vec::new();
-    let replayed = replay(&args, &events, &cluster, &pipeline, &journal, &mut steps).await;
+    let replayed = replay(
+        &args,
+        &events,
+        &cluster,
+        &pipeline,
+        &journal,
+        plugin.description(),
+        &mut steps,
+    )
+    .await;
     pipeline.stop().await;
     factory.shutdown().await;
     let report = Report::new(&plugin, &args.plugin, configuration, steps);
@@ -162,6 +174,7 @@ async fn replay(
     cluster: &LocalCluster,
     pipeline: &Pipeline,
     journal: &Journal,
+    description: &Description,
     steps: &mut Vec<Step>,
 ) -> anyhow::Result<()> {
     pipeline.settle(args.timeout).await.map_err(|busy| {
@@ -181,7 +194,7 @@ async fn replay(
             event.line,
             event.index
         );
-        let info = write_event(cluster, event, &args.events)
+        let info = write_event(cluster, event, &args.events, description)
             .map_err(|reason| anyhow!("{place}: {reason}"))?;
         let settled = pipeline.settle(args.timeout).await;
         steps.push(Step {
@@ -220,6 +233,7 @@ fn write_event(
     cluster: &LocalCluster,
     event: &InputEvent,
     file: &Path,
+    description: &Description,
 ) -> Result<EventInfo, String> {
     let resource = cluster
         .resolve(event.api_version(), event.kind())
@@ -240,24 +254,56 @@ fn write_event(
     let name = metadata["name"].as_str().unwrap_or_default().to_owned();
     let key = ObjectKey::new(namespace.as_deref(), &name);
     let server = cluster.server();
-    match event.change {
+    let written = match event.change {
         Change::Added | Change::Modified => server
             .apply(&resource, &object.to_string())
-            .map(drop)
             .map_err(|status| format!("the cluster refused it: {status}"))?,
-        Change::Deleted => server.delete(&resource, &key).map(drop).map_err(|status| {
+        Change::Deleted => server.delete(&resource, &key).map_err(|status| {
             if status.code == 404 {
                 format!("DELETED {resource} {key}, which does not exist")
             } else {
                 format!("the cluster refused it: {status}")
             }
         })?,
-    }
+    };
+    let stored = std::str::from_utf8(&written.json).unwrap_or_default();
     Ok(EventInfo {
         index: event.index,
         source: format!("{}:{}", file.display(), event.line),
         change: event.change,
         resource: format!("{}/{}", event.api_version(), event.kind()),
         key: key.to_string(),
+        projected: projected(description, event, stored),
     })
+}
+
+/// What the projections of the plugin's subscriptions to the event's type select in the
+/// object as stored: the values its events carry (JSON values, for the report).
+fn projected(
+    description: &Description,
+    event: &InputEvent,
+    stored: &str,
+) -> BTreeMap<String, Vec<serde_json::Value>> {
+    let (group, version) = event
+        .api_version()
+        .split_once('/')
+        .unwrap_or(("", event.api_version()));
+    let resource = Gvk::new(group, version, event.kind());
+    let mut projected = BTreeMap::new();
+    let projections = description
+        .subscriptions
+        .iter()
+        .filter(|s| s.resource == resource)
+        .flat_map(|s| &s.projections);
+    for projection in projections {
+        let mut values = Vec::new();
+        let walked = projection.path.for_each_raw(stored, |raw| {
+            values.extend(serde_json::from_str::<serde_json::Value>(raw).ok());
+        });
+        if walked.is_err() {
+            values.clear();
+        }
+        projected.insert(projection.name.clone(), values);
+    }
+    projected
 }

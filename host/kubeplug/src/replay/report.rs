@@ -82,6 +82,10 @@ pub(crate) struct EventInfo {
     pub(crate) resource: String,
     /// `namespace/name`, or `name`.
     pub(crate) key: String,
+    /// What each projection of the plugin's subscriptions to the type selected in the
+    /// object as stored, by name: the values its event carries.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) projected: BTreeMap<String, Vec<serde_json::Value>>,
 }
 
 /// The plugin's counters at the end.
@@ -190,6 +194,17 @@ impl Report {
                     event.index, event.source, event.change, event.resource, event.key
                 ),
             };
+            if let Some(event) = step.event.as_ref().filter(|e| !e.projected.is_empty()) {
+                let fields: Vec<String> = event
+                    .projected
+                    .iter()
+                    .map(|(name, values)| {
+                        let values: Vec<String> = values.iter().map(ToString::to_string).collect();
+                        format!("{name}=[{}]", values.join(", "))
+                    })
+                    .collect();
+                let _ = writeln!(out, "  projected: {}", fields.join(" "));
+            }
             if step.calls.is_empty() {
                 let _ = writeln!(out, "  (no calls)");
             }

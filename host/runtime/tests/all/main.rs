@@ -11,6 +11,7 @@ mod hostile;
 mod limits;
 mod observer;
 mod polyglot;
+mod projections;
 mod reconcile;
 mod sandbox;
 mod settings;

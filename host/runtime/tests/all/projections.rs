@@ -1,0 +1,198 @@
+//! Projections: a subscription's named field paths, read out of each object by the host and
+//! delivered with its events, so that a plugin reads fields without the object's JSON. And
+//! the bounds on what a plugin may declare.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use kubeplug_informer::object::ObjectKey;
+use kubeplug_memory::MemoryServer;
+use kubeplug_runtime::description::DescriptionBounds;
+use kubeplug_runtime::events::run_events;
+use kubeplug_runtime::{Grants, PluginLimits, WriteVerb};
+use serde_json::{Value, json};
+
+use crate::fixtures::*;
+
+fn pod(name: &str, node: &str, images: &[&str]) -> String {
+    let containers: Vec<Value> = images
+        .iter()
+        .enumerate()
+        .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
+        .collect();
+    json!({
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"nodeName": node, "containers": containers, "priority": 5,
+                 "enableServiceLinks": true, "overhead": null,
+                 "activeDeadlineSeconds": 1.5e3},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+    })
+    .to_string()
+}
+
+fn grants() -> Grants {
+    Grants::default().allow_write(observations(), WriteVerb::Create)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_carry_projected_values_typed_and_no_json() -> Result<()> {
+    let server = MemoryServer::new();
+    server
+        .create(&pods(), &pod("a", "node-1", &["nginx:1", "envoy:2"]))
+        .unwrap();
+    let (informer, mut receivers) = informer(&server, pods(), 1);
+    let recorder = Arc::new(Recorder::default());
+    let runtime = runtime();
+    let settings = json!({"projections": [
+        ["node", "spec.nodeName"],
+        ["images", "spec.containers[*].image"],
+        ["conditions", "status.conditions[*]"],
+        ["priority", "spec.priority"],
+        ["links", "spec.enableServiceLinks"],
+        ["overhead", "spec.overhead"],
+        ["deadline", "spec.activeDeadlineSeconds"],
+        ["missing", "spec.affinity.nodeAffinity"],
+    ]});
+    let spec = spec(
+        "field-reader",
+        &settings.to_string(),
+        BTreeMap::from([(gvk(&pods()), informer.indexer().clone())]),
+        recorder.clone(),
+        grants(),
+        PluginLimits::default(),
+    )?;
+    let plugin = Arc::new(runtime.load(spec).await?);
+    let driver = run_events(plugin.clone(), vec![receivers.remove(0)])?;
+    until("the initial list", Duration::from_secs(30), || {
+        recorder.observations().len() == 1
+    })
+    .await?;
+    let added = &recorder.observations()[0];
+    assert_eq!(added["change"], "Added");
+    assert_eq!(added["has_json"], false, "{added}");
+    assert_eq!(
+        added["projected"],
+        json!({
+            "node": [{"text": "node-1"}],
+            "images": [{"text": "nginx:1"}, {"text": "envoy:2"}],
+            "conditions": [{"json": r#"{"status":"True","type":"Ready"}"#}],
+            "priority": [{"integer": 5}],
+            "links": [{"boolean": true}],
+            "overhead": [{"null": null}],
+            "deadline": [{"float": 1500.0}],
+            "missing": [],
+        }),
+        "{added}"
+    );
+    assert_eq!(
+        added["old_projected"],
+        json!({}),
+        "only updates carry old values"
+    );
+    assert_eq!(added["node"], "node-1", "the SDK's typed reader");
+
+    server
+        .update(&pods(), &pod("a", "node-2", &["nginx:1"]))
+        .unwrap();
+    until("the update", Duration::from_secs(30), || {
+        recorder.observations().len() == 2
+    })
+    .await?;
+    let updated = &recorder.observations()[1];
+    assert_eq!(updated["change"], "Updated");
+    assert_eq!(updated["projected"]["node"], json!([{"text": "node-2"}]));
+    assert_eq!(updated["projected"]["images"], json!([{"text": "nginx:1"}]));
+    assert_eq!(
+        updated["old_projected"]["node"],
+        json!([{"text": "node-1"}])
+    );
+    assert_eq!(updated["old_node"], "node-1");
+
+    server
+        .delete(&pods(), &ObjectKey::new(Some("ns"), "a"))
+        .unwrap();
+    until("the deletion", Duration::from_secs(30), || {
+        recorder.observations().len() == 3
+    })
+    .await?;
+    let deleted = &recorder.observations()[2];
+    assert_eq!(
+        deleted["projected"]["node"],
+        json!([{"text": "node-2"}]),
+        "a deletion carries the last state's values"
+    );
+    driver.abort();
+    informer.stop().await;
+    Ok(())
+}
+
+/// What a hostile or careless plugin declares is bounded and checked at load, and the
+/// refusal names the subscription, the projection and the field.
+#[tokio::test]
+async fn bad_projections_fail_the_load_naming_what_is_wrong() -> Result<()> {
+    let runtime = runtime();
+    let load = |projections: Value, limits: PluginLimits| {
+        let runtime = &runtime;
+        async move {
+            let spec = spec(
+                "field-reader",
+                &json!({ "projections": projections }).to_string(),
+                BTreeMap::new(),
+                Arc::new(Recorder::default()),
+                grants().allow_read(gvk(&pods())),
+                limits,
+            )?;
+            let message = match runtime.load(spec).await {
+                Ok(_) => "loaded".to_owned(),
+                Err(error) => format!("{error:#}"),
+            };
+            anyhow::Ok(message)
+        }
+    };
+    let many: Vec<Value> = (0..17)
+        .map(|i| json!([format!("f{i}"), "spec.nodeName"]))
+        .collect();
+    let long = format!("spec.{}", "a".repeat(600));
+    let cases = [
+        (
+            json!(many),
+            "subscriptions[0].projections: 17 entries; at most 16 (max_projections)",
+        ),
+        (
+            json!([["x", "spec..nodeName"]]),
+            "subscriptions[0].projections[0].path: path segment 2 (\"\") must be a field name",
+        ),
+        (
+            json!([["x", "spec.a"], ["x", "spec.b"]]),
+            "subscriptions[0].projections[1].name: \"x\" is used twice",
+        ),
+        (
+            json!([["a b", "spec.a"]]),
+            "subscriptions[0].projections[0].name: \"a b\" is not 1 to 63 bytes",
+        ),
+        (
+            json!([["x", long]]),
+            "subscriptions[0].projections[0].path: 605 bytes; at most 512",
+        ),
+    ];
+    for (projections, expected) in cases {
+        let message = load(projections, PluginLimits::default()).await?;
+        ensure!(message.contains(expected), "{message:?} lacks {expected:?}");
+    }
+    // The configuration's bound, not only the built-in one.
+    let tight = PluginLimits {
+        description: DescriptionBounds {
+            projections: 1,
+            ..DescriptionBounds::default()
+        },
+        ..PluginLimits::default()
+    };
+    let message = load(json!([["a", "spec.a"], ["b", "spec.b"]]), tight).await?;
+    ensure!(
+        message.contains("subscriptions[0].projections: 2 entries; at most 1 (max_projections)"),
+        "{message}"
+    );
+    Ok(())
+}

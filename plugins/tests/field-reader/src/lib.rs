@@ -1,0 +1,99 @@
+//! Test guest: subscribes to Pods with the projections its settings name and no object JSON,
+//! and records every event's projected values (new and old), each tagged with its WIT case,
+//! as one `Observation` created through `cluster`, so the test sees exactly what the guest
+//! got. Settings: `{"projections": [["name", "path"], ...]}`; the default reads the node,
+//! each container's image, the restart policy and the conditions.
+
+use kubeplug_sdk::Projected;
+use kubeplug_sdk::prelude::*;
+use serde_json::{Map, Value, json};
+
+struct FieldReader {
+    projections: Vec<(String, String)>,
+}
+
+fn pods() -> Gvk {
+    gvk("", "v1", "Pod")
+}
+
+/// Each value as `{"<case>": value}`, so that a test sees its type.
+fn tagged(values: &[FieldValue]) -> Value {
+    values
+        .iter()
+        .map(|v| match v {
+            FieldValue::Text(s) => json!({ "text": s }),
+            FieldValue::Integer(i) => json!({ "integer": i }),
+            FieldValue::Float(f) => json!({ "float": f }),
+            FieldValue::Boolean(b) => json!({ "boolean": b }),
+            FieldValue::Null => json!({ "null": null }),
+            FieldValue::Json(text) => json!({ "json": text }),
+        })
+        .collect()
+}
+
+impl Plugin for FieldReader {
+    fn init(settings: Settings) -> Result<Self, String> {
+        #[derive(serde::Deserialize)]
+        struct Config {
+            projections: Option<Vec<(String, String)>>,
+        }
+        let config: Config = settings.parse()?;
+        let projections = config.projections.unwrap_or_else(|| {
+            [
+                ("node", "spec.nodeName"),
+                ("images", "spec.containers[*].image"),
+                ("restart", "spec.restartPolicy"),
+                ("conditions", "status.conditions[*]"),
+            ]
+            .map(|(name, path)| (name.to_owned(), path.to_owned()))
+            .to_vec()
+        });
+        Ok(Self { projections })
+    }
+
+    fn describe(&self) -> Description {
+        let subscription = self
+            .projections
+            .iter()
+            .fold(Subscription::to(pods()), |s, (name, path)| {
+                s.project(name, path)
+            });
+        let mut d = Description::events("field-reader", "0.1.0", vec![subscription]);
+        d.writes.push(WriteRequest {
+            resource_type: gvk("test.kubeplug.io", "v1", "Observation"),
+            verbs: vec![WriteVerb::Create],
+        });
+        d
+    }
+
+    fn on_event(&mut self, event: &Event) -> Result<(), String> {
+        let by_name = |projected: &[Projected]| -> Map<String, Value> {
+            projected
+                .iter()
+                .map(|p| (p.name.clone(), tagged(&p.values)))
+                .collect()
+        };
+        let observation = json!({
+            "change": match event.change {
+                EventType::Added => "Added",
+                EventType::Updated => "Updated",
+                EventType::Deleted => "Deleted",
+            },
+            "key": event.key(),
+            "has_json": event.object_json.is_some(),
+            "projected": by_name(&event.projected),
+            "old_projected": by_name(&event.old_projected),
+            "node": event.field_str("node"),
+            "old_node": event.old_field("node").first().and_then(FieldValue::as_str),
+        });
+        cluster::create(
+            &gvk("test.kubeplug.io", "v1", "Observation"),
+            None,
+            &observation.to_string(),
+        )
+        .map(drop)
+        .map_err(|e| format!("recording the observation: {e}"))
+    }
+}
+
+export_plugin!(FieldReader);
