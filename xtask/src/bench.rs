@@ -251,6 +251,25 @@ pub const TARGETS: &[(&str, Bound)] = &[
     // P4 end to end: source → … → listener → Wasm plugin, against a native closure there.
     ("pipeline_wasm.noop.per_delta", Bound::RatioAtLeast(0.8)),
     ("pipeline_wasm.label.per_delta", Bound::RatioAtLeast(0.8)),
+    // Issue 23: projections against the native readers of the same fields, and what 12 path
+    // indexes cost an informer's updates.
+    ("pipeline_wasm.fields.per_delta", Bound::RatioAtLeast(1.0)),
+    (
+        "pipeline_wasm.fields.per_delta_vs_projected",
+        Bound::RatioAtLeast(0.8),
+    ),
+    (
+        "pipeline_wasm.fields_js.per_delta",
+        Bound::RatioAtLeast(0.5),
+    ),
+    (
+        "pipeline_wasm.fields_py.per_delta",
+        Bound::RatioAtLeast(0.5),
+    ),
+    (
+        "pipeline_wasm.native_path_indexes.per_delta",
+        Bound::RatioAtLeast(0.7),
+    ),
     (
         "pipeline_wasm.noop.deltas_per_second",
         Bound::ValueAtLeast(200_000.0),

@@ -31,7 +31,7 @@
 // A benchmark reports on stdout by design.
 #![allow(clippy::print_stdout)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -44,6 +44,7 @@ use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
 use kubeplug_informer::listener::{ListenerReceiver, Notification};
 use kubeplug_informer::object::ObjectDecoder;
 use kubeplug_informer::reflector::ReflectorConfig;
+use kubeplug_json::path::FieldPath;
 use kubeplug_runtime::description::IndexSource;
 use kubeplug_runtime::events::run_events;
 use kubeplug_runtime::index::{IndexPath, informer_spec};
@@ -78,62 +79,124 @@ const PATH_INDEXES: [&str; 12] = [
     "spec.initContainers[*].env[*].valueFrom.secretKeyRef.name",
 ];
 
+/// The three Pod spec fields the field-reading handlers read, as (projection name, path).
+const FIELDS: [(&str, &str); 3] = [
+    ("node", "spec.nodeName"),
+    ("policy", "spec.restartPolicy"),
+    ("scheduler", "spec.schedulerName"),
+];
+
+/// The three fields as a native handler reads them from the object's JSON with serde:
+/// borrowed strings, everything else skipped (the fastest serde can do it).
+#[derive(serde::Deserialize)]
+struct PodFields<'a> {
+    #[serde(borrow)]
+    spec: SpecFields<'a>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SpecFields<'a> {
+    node_name: Option<&'a str>,
+    restart_policy: Option<&'a str>,
+    scheduler_name: Option<&'a str>,
+}
+
+/// What a native closure does with each notification.
+#[derive(Debug, Clone, Copy)]
+enum NativeWork {
+    /// Nothing: the baseline.
+    Nothing,
+    /// Nothing, on an informer that also keeps the [`PATH_INDEXES`], declared as a plugin
+    /// declares them: its ratio to `Nothing` is what the indexes cost.
+    NothingWithPathIndexes,
+    /// Reads the [`FIELDS`] with serde from the object's JSON ([`PodFields`]).
+    SerdeFields,
+    /// Reads the [`FIELDS`] as the host projects them for a plugin (`kubeplug-json`'s
+    /// paths), without the crossing into Wasm.
+    ProjectedFields,
+}
+
 /// A handler under test.
 #[derive(Debug, Clone, Copy)]
 enum Handler {
     /// A native closure draining the listener in batches of [`BATCH`].
-    Native,
-    /// The same closure on an informer that also keeps the [`PATH_INDEXES`], declared as a
-    /// plugin declares them: its ratio to `Native` is what the indexes cost.
-    NativeIndexed,
+    Native(NativeWork),
     /// A Wasm plugin: `throughput` for the max rate, `timed` (the same work plus the
-    /// latency probe) for the latency.
+    /// latency probe) for the latency, when it has one.
     Wasm {
         throughput: &'static str,
-        timed: &'static str,
+        timed: Option<&'static str>,
     },
 }
 
-/// Every handler, the baseline first: (figure name, handler).
-const HANDLERS: [(&str, Handler); 7] = [
-    ("native", Handler::Native),
-    ("native_path_indexes", Handler::NativeIndexed),
+impl Handler {
+    /// Whether its latency is measured: the native closures that read fields and the
+    /// field-reading guests have no latency probe.
+    fn timed(self) -> bool {
+        match self {
+            Handler::Native(work) => matches!(work, NativeWork::Nothing),
+            Handler::Wasm { timed, .. } => timed.is_some(),
+        }
+    }
+}
+
+const fn wasm(throughput: &'static str, timed: Option<&'static str>) -> Handler {
+    Handler::Wasm { throughput, timed }
+}
+
+/// Every handler, the baseline first: (figure name, handler, the figure name of the handler
+/// its `per_delta` ratio is against).
+const HANDLERS: [(&str, Handler, &str); 12] = [
+    ("native", Handler::Native(NativeWork::Nothing), "native"),
     (
-        "noop",
-        Handler::Wasm {
-            throughput: "noop",
-            timed: "noop-timed",
-        },
+        "native_path_indexes",
+        Handler::Native(NativeWork::NothingWithPathIndexes),
+        "native",
     ),
-    (
-        "label",
-        Handler::Wasm {
-            throughput: "label-only",
-            timed: "label-only",
-        },
-    ),
-    (
-        "json",
-        Handler::Wasm {
-            throughput: "json-parse",
-            timed: "json-parse",
-        },
-    ),
+    ("noop", wasm("noop", Some("noop-timed")), "native"),
+    ("label", wasm("label-only", Some("label-only")), "native"),
+    ("json", wasm("json-parse", Some("json-parse")), "native"),
     (
         "label_js",
-        Handler::Wasm {
-            throughput: "label-only-js",
-            timed: "label-only-js",
-        },
+        wasm("label-only-js", Some("label-only-js")),
+        "native",
     ),
     (
         "label_py",
-        Handler::Wasm {
-            throughput: "label-only-py",
-            timed: "label-only-py",
-        },
+        wasm("label-only-py", Some("label-only-py")),
+        "native",
+    ),
+    (
+        "native_serde_fields",
+        Handler::Native(NativeWork::SerdeFields),
+        "native",
+    ),
+    (
+        "native_projected_fields",
+        Handler::Native(NativeWork::ProjectedFields),
+        "native_serde_fields",
+    ),
+    (
+        "fields",
+        wasm("fields-projected", None),
+        "native_serde_fields",
+    ),
+    (
+        "fields_js",
+        wasm("fields-projected-js", None),
+        "native_serde_fields",
+    ),
+    (
+        "fields_py",
+        wasm("fields-projected-py", None),
+        "native_serde_fields",
     ),
 ];
+
+/// The Rust field-reading guest is also compared with the native closure that reads the same
+/// projections: what the crossing into Wasm costs on top of the host's projection.
+const FIELDS_VS_PROJECTED: (&str, &str) = ("fields", "native_projected_fields");
 
 /// How much to measure.
 #[derive(Debug, Clone, Copy)]
@@ -266,7 +329,7 @@ async fn attach(
     report_every: Option<usize>,
 ) -> Result<Attached> {
     match handler {
-        Handler::Native | Handler::NativeIndexed => {
+        Handler::Native(work) => {
             let handled = Arc::new(AtomicU64::new(0));
             let report = Arc::new(Mutex::new(LatencyReport::default()));
             let mut probe = report_every.map(|report_every| NativeProbe {
@@ -275,12 +338,35 @@ async fn attach(
                 report: report.clone(),
             });
             let count = handled.clone();
+            let paths: Vec<FieldPath> = FIELDS
+                .iter()
+                .map(|(_, path)| FieldPath::parse(path))
+                .collect::<Result<_, _>>()?;
             let task = tokio::spawn(async move {
                 while let Some(batch) = rx.recv_batch(BATCH).await {
                     for notification in batch.iter() {
-                        match &mut probe {
-                            Some(probe) => probe.observe(notification),
-                            None => {
+                        match (&mut probe, work) {
+                            (Some(probe), _) => probe.observe(notification),
+                            (None, NativeWork::SerdeFields) => {
+                                let json = notification.object().json();
+                                let fields = serde_json::from_str::<PodFields<'_>>(json)
+                                    .expect("a generated Pod");
+                                std::hint::black_box((
+                                    fields.spec.node_name,
+                                    fields.spec.restart_policy,
+                                    fields.spec.scheduler_name,
+                                ));
+                            }
+                            (None, NativeWork::ProjectedFields) => {
+                                let json = notification.object().json();
+                                for path in &paths {
+                                    path.for_each(json, |found| {
+                                        std::hint::black_box(found);
+                                    })
+                                    .expect("a generated Pod");
+                                }
+                            }
+                            (None, NativeWork::Nothing | NativeWork::NothingWithPathIndexes) => {
                                 std::hint::black_box(notification);
                             }
                         }
@@ -295,12 +381,12 @@ async fn attach(
             })
         }
         Handler::Wasm { throughput, timed } => {
-            let (name, settings) = match report_every {
-                None => (throughput, "{}".to_owned()),
-                Some(n) => (
+            let (name, settings) = match (report_every, timed) {
+                (Some(n), Some(timed)) => (
                     timed,
                     format!(r#"{{"stamp_label":"{STAMP_LABEL}","report_every":{n}}}"#),
                 ),
+                _ => (throughput, "{}".to_owned()),
             };
             let caches = BTreeMap::from([(Gvk::new("", "v1", "Pod"), informer.indexer().clone())]);
             let plugin = runtime
@@ -352,7 +438,7 @@ impl Bench {
             ReflectorConfig::default(),
         );
         let mut indexes = Vec::new();
-        if let Handler::NativeIndexed = handler {
+        if let Handler::Native(NativeWork::NothingWithPathIndexes) = handler {
             for path in PATH_INDEXES {
                 let source = IndexSource::Path(IndexPath::parse(path).map_err(anyhow::Error::msg)?);
                 indexes.push(informer.indexer().add_index(informer_spec(&source)));
@@ -472,21 +558,32 @@ fn main() -> Result<()> {
         repetitions: run.repetitions(),
         smoke: run == Run::Smoke,
     };
-    // The native baseline always runs: every ratio is against it.
+    // The handlers named, and the baselines their ratios are against (the native no-op
+    // always).
     let chosen = std::env::var("KUBEPLUG_BENCH_HANDLERS").ok();
-    let handlers: Vec<(&str, Handler)> = HANDLERS
+    let named = |name: &str| {
+        chosen
+            .as_deref()
+            .is_none_or(|list| list.split(',').any(|n| n.trim() == name))
+    };
+    let mut wanted = BTreeSet::from(["native"]);
+    for (name, _, baseline) in HANDLERS {
+        if named(name) {
+            wanted.extend([name, baseline]);
+            if name == FIELDS_VS_PROJECTED.0 {
+                wanted.insert(FIELDS_VS_PROJECTED.1);
+            }
+        }
+    }
+    let handlers: Vec<(&str, Handler, &str)> = HANDLERS
         .into_iter()
-        .filter(|(name, handler)| {
-            matches!(handler, Handler::Native)
-                || chosen
-                    .as_deref()
-                    .is_none_or(|list| list.split(',').any(|n| n.trim() == *name))
-        })
+        .filter(|(name, ..)| wanted.contains(name))
         .collect();
     let mut guests: Vec<String> = Vec::new();
-    for &(_, handler) in &handlers {
+    for &(_, handler, _) in &handlers {
         if let Handler::Wasm { throughput, timed } = handler {
-            guests.extend([throughput.to_owned(), timed.to_owned()]);
+            guests.push(throughput.to_owned());
+            guests.extend(timed.map(str::to_owned));
         }
     }
     guests.dedup();
@@ -509,50 +606,68 @@ fn main() -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let figures = rt.block_on(async {
+    let rows = rt.block_on(async {
         let runtime = runtime()?;
-        let mut figures = Vec::new();
-        let mut native_ns = None;
-        for &(name, handler) in &handlers {
+        let mut per_delta_ns: BTreeMap<&str, f64> = BTreeMap::new();
+        let mut rows = Vec::new();
+        for &(name, handler, baseline) in &handlers {
             let rate = median(max_rates(&runtime, &pods, handler, sizes).await?);
             let ns = 1e9 / rate;
-            let baseline_ns = *native_ns.get_or_insert(ns);
-            let runs = latencies(&runtime, &pods, handler, rate / 2.0, sizes).await?;
-            let p50 = median(runs.iter().map(|r| r.0).collect());
-            let p99 = median(runs.iter().map(|r| r.1).collect());
+            per_delta_ns.insert(name, ns);
             let figure = |what: &str, value: f64, unit: &str| {
                 Figure::new(format!("pipeline_wasm.{name}.{what}"), value, unit)
             };
-            figures.push(figure("deltas_per_second", rate, "deltas/s"));
+            let against = |figure: Figure, baseline: &str| {
+                let baseline_ns = per_delta_ns[baseline];
+                figure.against(
+                    format!("pipeline_wasm.{baseline}.per_delta"),
+                    baseline_ns / ns,
+                )
+            };
+            let mut figures = vec![figure("deltas_per_second", rate, "deltas/s")];
             let per_delta = figure("per_delta", ns, "ns");
-            figures.push(match handler {
-                Handler::Native => per_delta,
-                Handler::NativeIndexed | Handler::Wasm { .. } => {
-                    per_delta.against("pipeline_wasm.native.per_delta", baseline_ns / ns)
-                }
-            });
-            figures.push(figure("latency_rate", rate / 2.0, "deltas/s"));
-            figures.push(figure("latency_p50", p50 / 1e3, "µs"));
-            figures.push(figure("latency_p99", p99 / 1e3, "µs"));
-            for figure in &figures[figures.len() - 5..] {
+            let per_delta = if name == baseline {
+                per_delta
+            } else {
+                against(per_delta, baseline)
+            };
+            let ratio = per_delta.ratio;
+            figures.push(per_delta);
+            if name == FIELDS_VS_PROJECTED.0 {
+                figures.push(against(
+                    figure("per_delta_vs_projected", ns, "ns"),
+                    FIELDS_VS_PROJECTED.1,
+                ));
+            }
+            let mut latency = None;
+            if handler.timed() {
+                let runs = latencies(&runtime, &pods, handler, rate / 2.0, sizes).await?;
+                let p50 = median(runs.iter().map(|r| r.0).collect()) / 1e3;
+                let p99 = median(runs.iter().map(|r| r.1).collect()) / 1e3;
+                figures.push(figure("latency_rate", rate / 2.0, "deltas/s"));
+                figures.push(figure("latency_p50", p50, "µs"));
+                figures.push(figure("latency_p99", p99, "µs"));
+                latency = Some((p50, p99));
+            }
+            for figure in &figures {
                 figure.print();
             }
+            rows.push((name, baseline, rate, ratio, latency));
         }
-        anyhow::Ok(figures)
+        anyhow::Ok(rows)
     })?;
     let rss = Figure::new("pipeline_wasm.peak_rss", peak_rss_bytes() as f64, "bytes");
     rss.print();
     println!();
-    println!("| handler | deltas/s | vs native | p50 | p99 (at half rate) |");
-    println!("|---|---|---|---|---|");
-    for chunk in figures.chunks(5) {
-        let handler = chunk[0].figure.split('.').nth(1).unwrap_or_default();
+    println!("| handler | deltas/s | ratio | against | p50 | p99 (at half rate) |");
+    println!("|---|---|---|---|---|---|");
+    for (name, baseline, rate, ratio, latency) in rows {
+        let (p50, p99) = latency.map_or(("-".into(), "-".into()), |(p50, p99)| {
+            (format!("{p50:.1} µs"), format!("{p99:.1} µs"))
+        });
         println!(
-            "| {handler} | {:.0} | {} | {:.1} µs | {:.1} µs |",
-            chunk[0].value,
-            chunk[1].ratio.map_or("1".into(), |r| format!("{r:.3}")),
-            chunk[3].value,
-            chunk[4].value
+            "| {name} | {rate:.0} | {} | {baseline} | {p50} | {p99} |",
+            ratio.map_or("1".into(), |r| format!("{r:.3}")),
         );
     }
     Ok(())

@@ -1,7 +1,7 @@
 //! Plugins in other languages, built by xtask's C, JavaScript and Python toolchains: the
 //! ports of label-audit make exactly the writes the Rust original makes, refuse the same
 //! settings and describe themselves the same way; crashloop-alert (JavaScript) keeps its
-//! per-namespace gauge through the `metrics` interface.
+//! per-namespace gauge through the `metrics` interface; the SDKs read projected fields alike.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -446,5 +446,106 @@ async fn crashloop_alert_counts_crash_looping_pods_per_namespace() -> Result<()>
     assert_eq!(status.calls_failed, 0, "{:?}", status.last_error);
     informer.stop().await;
     driver.await?;
+    Ok(())
+}
+
+/// A Pod whose spec holds these fields (a field left `None` is absent).
+fn pod_with_fields(name: &str, node: Value, policy: Option<&str>) -> String {
+    let mut spec = json!({"nodeName": node, "schedulerName": "default-scheduler"});
+    if let Some(policy) = policy {
+        spec["restartPolicy"] = json!(policy);
+    }
+    json!({"metadata": {"name": name, "namespace": "ns"}, "spec": spec}).to_string()
+}
+
+fn counter(plugin: &Plugin, name: &str) -> Option<u64> {
+    match plugin
+        .metrics()
+        .snapshot()
+        .get(&(name.to_owned(), Vec::new()))
+    {
+        Some(MetricValue::Counter(n)) => Some(*n),
+        Some(other) => panic!("{name} is not a counter: {other:?}"),
+        None => None,
+    }
+}
+
+/// The SDKs' projection readers: the Rust, JavaScript and Python ports of fields-projected
+/// read the same three projected fields, typed, and count the same events complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn projected_fields_read_the_same_in_every_language() -> Result<()> {
+    let server = MemoryServer::new();
+    for (name, node, policy) in [
+        ("complete", json!("node-1"), Some("Always")),
+        ("no-policy", json!("node-1"), None),
+        ("numeric-node", json!(7), Some("Never")),
+    ] {
+        server
+            .create(&pods(), &pod_with_fields(name, node, policy))
+            .unwrap();
+    }
+    let names = [
+        "fields-projected",
+        "fields-projected-js",
+        "fields-projected-py",
+    ];
+    let (informer, receivers) = informer(&server, pods(), names.len());
+    let caches = IndexerMap(BTreeMap::from([(gvk(&pods()), informer.indexer().clone())]));
+    let runtime = cached_runtime()?;
+    let mut plugins = Vec::new();
+    let mut drivers = Vec::new();
+    for (name, rx) in names.into_iter().zip(receivers) {
+        let path = guest(name)?;
+        let plugin = runtime
+            .load(PluginSpec {
+                bytes: std::fs::read(&path)?,
+                path,
+                settings: "{}".into(),
+                grants: Grants::default().allow_read(gvk(&pods())),
+                limits: PluginLimits {
+                    call_deadline: Duration::from_secs(10),
+                    ..PluginLimits::default()
+                },
+                cache: Arc::new(caches.clone()),
+                writer: Arc::new(Recorder::default()),
+            })
+            .await
+            .with_context(|| format!("loading {name}"))?;
+        let plugin = Arc::new(plugin);
+        assert!(
+            !plugin.description().subscriptions[0].wants_object_json,
+            "{name} reads projections, not JSON"
+        );
+        drivers.push(run_events(plugin.clone(), vec![rx])?);
+        plugins.push(plugin);
+    }
+    let counted = |n: u64| {
+        let plugins = plugins.clone();
+        async move {
+            until(
+                &format!("complete_total = {n} everywhere"),
+                PATIENCE,
+                || {
+                    plugins
+                        .iter()
+                        .all(|p| counter(p, "complete_total") == Some(n))
+                },
+            )
+            .await
+        }
+    };
+    counted(1).await?;
+    // The Pod without a restart policy gets one: its update is complete.
+    server
+        .update(
+            &pods(),
+            &pod_with_fields("no-policy", json!("node-2"), Some("Always")),
+        )
+        .unwrap();
+    counted(2).await?;
+    for driver in drivers {
+        driver.abort();
+    }
+    informer.stop().await;
     Ok(())
 }
