@@ -2,7 +2,8 @@
 // `crashloop_pods{namespace="..."}`, and logs a warning when a Pod enters CrashLoopBackOff.
 //
 // A Pod is crash-looping when one of `status.containerStatuses[*].state.waiting.reason` is
-// `CrashLoopBackOff`. The set of crash-looping Pods lives in memory, but an instance may be
+// `CrashLoopBackOff`. Events carry the container statuses as a projection, so a handler
+// parses each small status object and never the whole Pod. The set of crash-looping Pods lives in memory, but an instance may be
 // replaced at any time (after a fault), so a new instance rebuilds it from the host's cache
 // before its first batch: the gauges never count from zero again, and a Pod already known
 // to loop is not announced twice. Pods found looping in the initial list are announced.
@@ -12,6 +13,7 @@
 import { list } from "kubeplug:plugin/cache@0.2.0";
 import { log } from "kubeplug:plugin/log@0.2.0";
 import { gaugeSet } from "kubeplug:plugin/metrics@0.2.0";
+import { field, projection } from "./kubeplug.js";
 
 const PODS = { group: "", version: "v1", kind: "Pod" };
 const GAUGE = "crashloop_pods";
@@ -20,15 +22,17 @@ const REASON = "CrashLoopBackOff";
 /** namespace → names of its crash-looping Pods; `null` until rebuilt from the cache. */
 let looping = null;
 
-/** The names of the containers of the Pod `json` that are in CrashLoopBackOff. */
-function loopingContainers(json) {
-  const statuses = JSON.parse(json).status?.containerStatuses;
-  if (!Array.isArray(statuses)) {
-    return [];
-  }
+/** The names of the containers whose `statuses` say CrashLoopBackOff. */
+function loopingIn(statuses) {
   return statuses
     .filter((status) => status?.state?.waiting?.reason === REASON)
     .map((status) => String(status.name));
+}
+
+/** The same for the Pod `json` (the cache hands out whole objects). */
+function loopingContainers(json) {
+  const statuses = JSON.parse(json).status?.containerStatuses;
+  return Array.isArray(statuses) ? loopingIn(statuses) : [];
 }
 
 function namespaceSet(namespace) {
@@ -73,12 +77,12 @@ function describe() {
         labelSelector: null,
         fieldSelector: null,
         resyncPeriodMs: null,
-        // The key is enough: the container statuses come from the object's JSON.
+        // The key is enough: the container statuses come as a projection.
         metaFields: { uid: false, labels: false, ownerReferences: false, deletionTimestamp: false },
-        wantsObjectJson: true,
+        wantsObjectJson: false,
         wantsOldJson: false,
         enqueue: { tag: "own-key" },
-        projections: [],
+        projections: [projection("statuses", "status.containerStatuses[*]")],
       },
     ],
     delivery: { tag: "events" },
@@ -93,8 +97,7 @@ function onEvent(event) {
   const { meta } = event;
   const namespace = meta.namespace ?? "";
   const key = `${namespace}/${meta.name}`;
-  const containers =
-    event.change === "deleted" || event.objectJson == null ? [] : loopingContainers(event.objectJson);
+  const containers = event.change === "deleted" ? [] : loopingIn(field(event, "statuses"));
   const pods = namespaceSet(namespace);
   if (containers.length === 0) {
     pods.delete(meta.name);

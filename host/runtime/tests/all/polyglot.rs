@@ -402,9 +402,10 @@ async fn crashloop_alert_counts_crash_looping_pods_per_namespace() -> Result<()>
         .await?,
     );
     let description = plugin.description();
+    let subscription = &description.subscriptions[0];
     assert!(
-        description.subscriptions[0].wants_object_json,
-        "it reads the Pod's status"
+        !subscription.wants_object_json && subscription.projections[0].name == "statuses",
+        "it reads the Pod's container statuses as a projection, not the whole JSON"
     );
     let driver = run_events(plugin.clone(), vec![receivers.remove(0)])?;
     let settled = |a: Option<f64>, b: Option<f64>| {
