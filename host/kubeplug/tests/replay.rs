@@ -581,3 +581,70 @@ fn test_grants_what_run_grants_and_says_which_configuration_it_used() {
         "the defaults grant no writes: {stdout}"
     );
 }
+
+/// Issue 23: `kubeplug check` lists a subscription's projections, and `kubeplug test`
+/// reports the values each replayed event carried (crashloop-alert projects the container
+/// statuses of Pods).
+#[test]
+fn check_and_test_show_projections() {
+    let cache = tempfile::tempdir().unwrap();
+    let plugin = built_plugin("crashloop-alert");
+    let check = kubeplug(cache.path())
+        .arg("check")
+        .arg(&plugin)
+        .output()
+        .unwrap();
+    let checked = text(&check.stdout);
+    assert!(check.status.success(), "{checked}");
+    assert!(
+        checked.contains("  v1/Pod (")
+            && checked.contains("\n    projects statuses: status.containerStatuses[*]\n"),
+        "{checked}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.yaml");
+    std::fs::write(
+        &events,
+        "type: ADDED\nobject:\n  apiVersion: v1\n  kind: Pod\n  metadata: {name: p, namespace: a}\n  \
+         status:\n    containerStatuses:\n    - name: app\n      state: {waiting: {reason: CrashLoopBackOff}}\n\
+         ---\ntype: ADDED\nobject:\n  apiVersion: v1\n  kind: Pod\n  metadata: {name: q, namespace: a}\n",
+    )
+    .unwrap();
+    let events = events.to_str().unwrap();
+    let config = examples_config();
+    let output = replay(
+        cache.path(),
+        &plugin,
+        &["--events", events, "--config", &config, "--output", "json"],
+    );
+    let stdout = text(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        text(&output.stderr)
+    );
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        report["steps"][1]["event"]["projected"],
+        serde_json::json!({"statuses": [{"name": "app", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}),
+        "{stdout}"
+    );
+    assert_eq!(
+        report["steps"][2]["event"]["projected"],
+        serde_json::json!({"statuses": []}),
+        "{stdout}"
+    );
+    let output = replay(
+        cache.path(),
+        &plugin,
+        &["--events", events, "--config", &config],
+    );
+    let stdout = text(&output.stdout);
+    assert!(
+        stdout.contains(
+            "ADDED v1/Pod a/p\n  projected: statuses=[{\"name\":\"app\",\"state\":{\"waiting\":{\"reason\":\"CrashLoopBackOff\"}}}]\n"
+        ),
+        "{stdout}"
+    );
+}
