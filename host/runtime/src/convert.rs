@@ -70,6 +70,25 @@ pub(crate) fn projected(object: &Object, projections: &[Projection]) -> Vec<wit:
         .collect()
 }
 
+/// `object` read through `projections`, with all its metadata.
+pub(crate) fn projected_object(
+    object: &Object,
+    projections: &[Projection],
+) -> wit::ProjectedObject {
+    wit::ProjectedObject {
+        meta: meta(object, MetaFields::ALL),
+        projected: projected(object, projections),
+    }
+}
+
+/// About how many bytes `value` costs an answer: its text, or a word.
+pub(crate) fn value_size(value: &wit::FieldValue) -> usize {
+    match value {
+        wit::FieldValue::Text(text) | wit::FieldValue::Json(text) => text.len(),
+        _ => 8,
+    }
+}
+
 fn field_value(found: Found<'_>) -> wit::FieldValue {
     match found {
         Found::String(s) => wit::FieldValue::Text(s.into_owned()),

@@ -8,7 +8,7 @@ use kubeplug_json::path::{FieldPath, PathError};
 use kubeplug_policy::names::{check_namespace, is_dns_label, quoted};
 use kubeplug_policy::{NameError, WriteVerb};
 
-use crate::bindings::guest;
+use crate::bindings::{guest, wit};
 use crate::gvk::Gvk;
 use crate::index::IndexPath;
 
@@ -75,6 +75,32 @@ pub struct Projection {
     pub name: String,
     /// The path.
     pub path: FieldPath,
+}
+
+impl Projection {
+    /// A projection as a plugin sent it, checked against the contract and parsed: the path's
+    /// length is checked before it is parsed. The error names the field (`name` or `path`)
+    /// and says why.
+    pub fn parse(name: String, path: &str) -> Result<Self, (&'static str, String)> {
+        if !is_projection_name(&name) {
+            return Err(("name", invalid_projection_name(&name)));
+        }
+        if path.len() > MAX_PROJECTION_PATH {
+            return Err((
+                "path",
+                format!("{} bytes; at most {MAX_PROJECTION_PATH}", path.len()),
+            ));
+        }
+        let path = FieldPath::parse(path).map_err(|e| ("path", e.to_string()))?;
+        Ok(Self { name, path })
+    }
+}
+
+fn invalid_projection_name(name: &str) -> String {
+    format!(
+        "{} is not 1 to {MAX_PROJECTION_NAME} bytes of letters, digits, '_', '-' and '.'",
+        quoted(name)
+    )
 }
 
 /// The most projections a subscription may declare by default (`max_projections`): 16.
@@ -487,7 +513,7 @@ fn check_subscription_count(
 /// length are checked before anything is parsed.
 fn parse_projections(
     subscription: usize,
-    projections: Vec<guest::Projection>,
+    projections: Vec<wit::Projection>,
     bounds: &DescriptionBounds,
 ) -> Result<Vec<Projection>, DescriptionError> {
     check_projection_count(subscription, projections.len(), bounds)?;
@@ -495,20 +521,14 @@ fn parse_projections(
         .into_iter()
         .enumerate()
         .map(|(projection, p)| {
-            let invalid = |field, reason| DescriptionError::InvalidProjection {
-                subscription,
-                projection,
-                field,
-                reason,
-            };
-            if p.path.len() > MAX_PROJECTION_PATH {
-                return Err(invalid(
-                    "path",
-                    format!("{} bytes; at most {MAX_PROJECTION_PATH}", p.path.len()),
-                ));
-            }
-            let path = FieldPath::parse(&p.path).map_err(|e| invalid("path", e.to_string()))?;
-            Ok(Projection { name: p.name, path })
+            Projection::parse(p.name, &p.path).map_err(|(field, reason)| {
+                DescriptionError::InvalidProjection {
+                    subscription,
+                    projection,
+                    field,
+                    reason,
+                }
+            })
         })
         .collect()
 }
@@ -544,14 +564,7 @@ fn check_projections(
             reason,
         };
         if !is_projection_name(&p.name) {
-            return Err(invalid(
-                "name",
-                format!(
-                    "{} is not 1 to {MAX_PROJECTION_NAME} bytes of letters, digits, '_', '-' \
-                     and '.'",
-                    quoted(&p.name)
-                ),
-            ));
+            return Err(invalid("name", invalid_projection_name(&p.name)));
         }
         if !names.insert(p.name.as_str()) {
             return Err(invalid(

@@ -39,6 +39,8 @@ pub(crate) struct HostContext {
     pub(crate) stats: Arc<PluginStats>,
     /// (resource, the plugin's index name) → the informer's index name.
     pub(crate) indexes: BTreeMap<(Gvk, String), String>,
+    /// The most projections one `cache` call may ask for (`max_projections`).
+    pub(crate) max_projections: usize,
     /// Shared by `log` and captured stdout/stderr.
     pub(crate) log_budget: Arc<Mutex<LogBudget>>,
     /// Its cluster writes' rate, shared by its instances (a std mutex: held only to

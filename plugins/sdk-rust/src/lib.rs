@@ -47,21 +47,21 @@ pub mod bindings {
 use serde::de::DeserializeOwned;
 
 pub use bindings::exports::kubeplug::plugin::handler::{
-    Delivery, Description, IndexDecl, IndexSpec, KeyMapping, MetaFields, Projection,
-    ReconcileResult, Subscription, WriteRequest, WriteVerb,
+    Delivery, Description, IndexDecl, IndexSpec, KeyMapping, MetaFields, ReconcileResult,
+    Subscription, WriteRequest, WriteVerb,
 };
 pub use bindings::kubeplug::plugin::types::{
     CachedObject, Error, Event, EventType, FieldValue, Gvk, Label, ObjectMeta, ObjectRef,
-    OwnerReference, Projected,
+    OwnerReference, Projected, ProjectedObject, Projection,
 };
 
 /// Everything a plugin usually needs, for `use kubeplug_sdk::prelude::*`.
 pub mod prelude {
     pub use crate::{
-        CachedObject, Delivery, Description, Error, Event, EventType, FieldValue, Gvk, IndexDecl,
-        IndexSpec, KeyMapping, MetaFields, ObjectMeta, ObjectRef, Plugin, ReconcileResult,
-        Settings, Subscription, WriteRequest, WriteVerb, cache, cluster, export_plugin, gvk, log,
-        metrics,
+        CachedObject, Delivery, Description, Error, Event, EventType, FieldValue, Fields, Gvk,
+        IndexDecl, IndexSpec, KeyMapping, MetaFields, ObjectMeta, ObjectRef, Plugin,
+        ProjectedObject, Projection, ReconcileResult, Settings, Subscription, WriteRequest,
+        WriteVerb, cache, cluster, export_plugin, gvk, log, metrics,
     };
 }
 
@@ -214,13 +214,10 @@ impl Subscription {
 
     /// Have the host read the values at `path` out of each object (dotted fields, `[*]`
     /// iterates over an array: `spec.replicas`, `spec.template.spec.containers[*].image`),
-    /// so that the handler reads them by `name` ([`Event::field`], [`Event::field_i64`]...)
+    /// so that the handler reads them by `name` ([`Fields::field`], [`Fields::field_i64`]...)
     /// without parsing the object's JSON.
     pub fn project(mut self, name: &str, path: &str) -> Self {
-        self.projections.push(Projection {
-            name: name.to_owned(),
-            path: path.to_owned(),
-        });
+        self.projections.push(Projection::new(name, path));
         self
     }
 
@@ -269,12 +266,68 @@ impl ObjectMeta {
     }
 }
 
+impl Projection {
+    /// The values at `path` (dotted fields, `[*]` iterates over an array), read by `name`.
+    pub fn new(name: &str, path: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            path: path.to_owned(),
+        }
+    }
+}
+
+/// Reading projected values by name and type, on anything that carries them: an [`Event`]
+/// (its new object) and a [`ProjectedObject`] from [`cache::get_projected`] or
+/// [`cache::list_projected`].
+pub trait Fields {
+    /// What each projection selected in the object.
+    fn projected(&self) -> &[Projected];
+
+    /// The values projection `name` selected, in document order: empty when its path
+    /// matched nothing (or no projection has that name).
+    fn field(&self, name: &str) -> &[FieldValue] {
+        values_of(self.projected(), name)
+    }
+
+    /// The first value of projection `name`, if it is a string.
+    fn field_str(&self, name: &str) -> Option<&str> {
+        self.field(name).first().and_then(FieldValue::as_str)
+    }
+
+    /// The first value of projection `name`, if it is an integer that fits in an `i64`.
+    fn field_i64(&self, name: &str) -> Option<i64> {
+        self.field(name).first().and_then(FieldValue::as_i64)
+    }
+
+    /// The first value of projection `name`, if it is a number.
+    fn field_f64(&self, name: &str) -> Option<f64> {
+        self.field(name).first().and_then(FieldValue::as_f64)
+    }
+
+    /// The first value of projection `name`, if it is a bool.
+    fn field_bool(&self, name: &str) -> Option<bool> {
+        self.field(name).first().and_then(FieldValue::as_bool)
+    }
+}
+
 /// The values `name` selected, among one object's projections.
 fn values_of<'a>(projected: &'a [Projected], name: &str) -> &'a [FieldValue] {
     projected
         .iter()
         .find(|p| p.name == name)
         .map_or(&[], |p| p.values.as_slice())
+}
+
+impl Fields for Event {
+    fn projected(&self) -> &[Projected] {
+        &self.projected
+    }
+}
+
+impl Fields for ProjectedObject {
+    fn projected(&self) -> &[Projected] {
+        &self.projected
+    }
 }
 
 impl Event {
@@ -300,35 +353,10 @@ impl Event {
         serde_json::from_str(json).map_err(|e| format!("{}: {e}", self.key()))
     }
 
-    /// The values projection `name` selected in the object, in document order: empty when
-    /// its path matched nothing (or the subscription declares no such projection).
-    pub fn field(&self, name: &str) -> &[FieldValue] {
-        values_of(&self.projected, name)
-    }
-
-    /// The same in the previous state (`updated` events only; empty otherwise).
+    /// The values projection `name` selected in the previous state (`updated` events only;
+    /// empty otherwise).
     pub fn old_field(&self, name: &str) -> &[FieldValue] {
         values_of(&self.old_projected, name)
-    }
-
-    /// The first value of projection `name`, if it is a string.
-    pub fn field_str(&self, name: &str) -> Option<&str> {
-        self.field(name).first().and_then(FieldValue::as_str)
-    }
-
-    /// The first value of projection `name`, if it is an integer that fits in an `i64`.
-    pub fn field_i64(&self, name: &str) -> Option<i64> {
-        self.field(name).first().and_then(FieldValue::as_i64)
-    }
-
-    /// The first value of projection `name`, if it is a number.
-    pub fn field_f64(&self, name: &str) -> Option<f64> {
-        self.field(name).first().and_then(FieldValue::as_f64)
-    }
-
-    /// The first value of projection `name`, if it is a bool.
-    pub fn field_bool(&self, name: &str) -> Option<bool> {
-        self.field(name).first().and_then(FieldValue::as_bool)
     }
 }
 

@@ -50,7 +50,13 @@ kubeplug_plugin_types_gvk_t kp_gvk(const char *group, const char *version, const
 // object, so that a handler reads them without parsing the object's JSON.
 
 // A projection for a subscription's `projections` list; its strings are malloc'd.
-exports_kubeplug_plugin_handler_projection_t kp_projection(const char *name, const char *path);
+kubeplug_plugin_types_projection_t kp_projection(const char *name, const char *path);
+
+// The values projection `name` selected, among one object's projections: an event's
+// (`&event->projected`) or a projected object's from `cache_get_projected` and
+// `cache_list_projected` (`&object.projected`). NULL when there is none of that name.
+const kubeplug_plugin_types_list_field_value_t *kp_values(
+    const kubeplug_plugin_types_list_projected_t *projected, const char *name);
 
 // The values projection `name` selected in the event's object (with `old`, in the previous
 // state of an `updated` event), or NULL when the event carries no projection of that name.

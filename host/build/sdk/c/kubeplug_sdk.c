@@ -58,23 +58,26 @@ kubeplug_plugin_types_gvk_t kp_gvk(const char *group, const char *version, const
   return g;
 }
 
-exports_kubeplug_plugin_handler_projection_t kp_projection(const char *name, const char *path) {
-  exports_kubeplug_plugin_handler_projection_t p;
+kubeplug_plugin_types_projection_t kp_projection(const char *name, const char *path) {
+  kubeplug_plugin_types_projection_t p;
   plugin_string_dup(&p.name, name);
   plugin_string_dup(&p.path, path);
   return p;
 }
 
-const kubeplug_plugin_types_list_field_value_t *kp_field(
-    const kubeplug_plugin_types_event_t *event, const char *name, bool old) {
-  const kubeplug_plugin_types_list_projected_t *projected =
-      old ? &event->old_projected : &event->projected;
+const kubeplug_plugin_types_list_field_value_t *kp_values(
+    const kubeplug_plugin_types_list_projected_t *projected, const char *name) {
   for (size_t i = 0; i < projected->len; i++) {
     if (kp_is(&projected->ptr[i].name, name)) {
       return &projected->ptr[i].values;
     }
   }
   return NULL;
+}
+
+const kubeplug_plugin_types_list_field_value_t *kp_field(
+    const kubeplug_plugin_types_event_t *event, const char *name, bool old) {
+  return kp_values(old ? &event->old_projected : &event->projected, name);
 }
 
 // The first value of projection `name`, or NULL.

@@ -43,6 +43,7 @@ declare namespace KubeplugWit {
     | { tag: "json"; val: string };
   interface Projected { name: string; values: FieldValue[] }
   interface Projection { name: string; path: string }
+  interface ProjectedObject { meta: ObjectMeta; projected: Projected[] }
   /** What an import throws. */
   type HostError = { tag: "not-found" | "not-permitted" | "invalid-input" | "conflict" | "unavailable"; val: string };
   type Level = "trace" | "debug" | "info" | "warn" | "error";
@@ -82,6 +83,8 @@ declare namespace KubeplugWit {
 declare module "kubeplug:plugin/cache@0.2.0" {
   export function get(resourceType: KubeplugWit.Gvk, key: string): KubeplugWit.CachedObject | null;
   export function list(resourceType: KubeplugWit.Gvk, namespace: string | null, labelSelector: string | null): KubeplugWit.CachedObject[];
+  export function getProjected(resourceType: KubeplugWit.Gvk, key: string, projections: KubeplugWit.Projection[]): KubeplugWit.ProjectedObject | null;
+  export function listProjected(resourceType: KubeplugWit.Gvk, namespace: string | null, labelSelector: string | null, projections: KubeplugWit.Projection[]): KubeplugWit.ProjectedObject[];
   export function keys(resourceType: KubeplugWit.Gvk, namespace: string | null): string[];
   export function byIndex(resourceType: KubeplugWit.Gvk, index: string, value: string): KubeplugWit.CachedObject[];
   export function indexValues(resourceType: KubeplugWit.Gvk, index: string): string[];

@@ -11,6 +11,7 @@ export type ObjectMeta = KubeplugWit.ObjectMeta;
 export type EventType = KubeplugWit.EventType;
 export type Event = KubeplugWit.Event;
 export type CachedObject = KubeplugWit.CachedObject;
+export type ProjectedObject = KubeplugWit.ProjectedObject;
 export type HostError = KubeplugWit.HostError;
 export type Level = KubeplugWit.Level;
 export type MetaFields = KubeplugWit.MetaFields;
@@ -39,7 +40,7 @@ export function gaugeSet(name: string, value: number, labels?: Record<string, un
 export function subscription(resourceType: Gvk, options?: Partial<Subscription>): Subscription;
 export function projection(name: string, path: string): Projection;
 export function value(field: FieldValue): Value;
-export function field(event: Event, name: string): Value[];
+export function field(source: Event | ProjectedObject, name: string): Value[];
 export function oldField(event: Event, name: string): Value[];
 export function description(parts: {
   name: string;

@@ -97,9 +97,12 @@ function valuesOf(projected, name) {
   return found === undefined ? [] : found.values.map(value);
 }
 
-/** The values projection `name` selected in the event's object, in document order. */
-export function field(event, name) {
-  return valuesOf(event.projected, name);
+/**
+ * The values projection `name` selected in the object, in document order: an event's, or
+ * one `getProjected` or `listProjected` (from `kubeplug:plugin/cache`) returned.
+ */
+export function field(source, name) {
+  return valuesOf(source.projected, name);
 }
 
 /** The same in the previous state (`updated` events; empty otherwise). */

@@ -12,7 +12,7 @@ handler names most (`Description`, `Event`, `EventType`, `Gvk`, `MetaFields`, `O
 """
 
 import json
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Union
 
 from componentize_py_types import Err
 from wit_world import exports
@@ -24,7 +24,6 @@ from wit_world.exports.handler import (
     KeyMapping,
     KeyMapping_OwnKey,
     MetaFields,
-    Projection,
     ReconcileResult,
     ReconcileResult_Done,
     ReconcileResult_Error,
@@ -46,6 +45,8 @@ from wit_world.imports.types import (
     ObjectMeta,
     ObjectRef,
     Projected,
+    ProjectedObject,
+    Projection,
 )
 
 #: Every part of the metadata an event can carry besides namespace, name,
@@ -171,9 +172,10 @@ def _values_of(projected: List[Projected], name: str) -> List[Any]:
     return []
 
 
-def field(event: Event, name: str) -> List[Any]:
-    """The values projection `name` selected in the event's object, in document order."""
-    return _values_of(event.projected, name)
+def field(source: Union[Event, ProjectedObject], name: str) -> List[Any]:
+    """The values projection `name` selected in the object, in document order: an event's, or
+    one `cache.get_projected` or `cache.list_projected` returned."""
+    return _values_of(source.projected, name)
 
 
 def old_field(event: Event, name: str) -> List[Any]:

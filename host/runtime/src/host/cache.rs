@@ -1,5 +1,6 @@
 //! `kubeplug:plugin/cache`: reads from the informer caches, within the plugin's grants.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use kubeplug_informer::indexer::{Indexer, IndexerError, NAMESPACE_INDEX};
@@ -8,8 +9,11 @@ use kubeplug_informer::selector::LabelSelector;
 
 use super::{check_answer, check_len};
 use crate::bindings::kubeplug::plugin::cache::Host;
-use crate::bindings::wit::{CachedObject, Error, Gvk as WitGvk};
-use crate::convert::cached;
+use crate::bindings::wit::{
+    CachedObject, Error, Gvk as WitGvk, ProjectedObject, Projection as WitProjection,
+};
+use crate::convert::{cached, projected_object};
+use crate::description::Projection;
 use crate::gvk::Gvk;
 use crate::state::StoreState;
 use crate::status::PluginStats;
@@ -35,6 +39,76 @@ impl StoreState {
             Some(indexer) => Ok((resource, indexer)),
             None => Err(Error::NotFound(format!("no informer serves {resource}"))),
         }
+    }
+
+    /// The projections a call asks for, checked as a subscription's are: at most
+    /// `max_projections`, names unique, each name and path by [`Projection::parse`].
+    fn call_projections(&self, projections: Vec<WitProjection>) -> Result<Vec<Projection>, Error> {
+        if projections.len() > self.host.max_projections {
+            return Err(Error::InvalidInput(format!(
+                "projections: {} entries; at most {} (max_projections)",
+                projections.len(),
+                self.host.max_projections
+            )));
+        }
+        let mut names = BTreeSet::new();
+        projections
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let projection =
+                    Projection::parse(p.name, &p.path).map_err(|(field, reason)| {
+                        Error::InvalidInput(format!("projections[{i}].{field}: {reason}"))
+                    })?;
+                if !names.insert(projection.name.clone()) {
+                    return Err(Error::InvalidInput(format!(
+                        "projections[{i}].name: {:?} is used twice",
+                        projection.name
+                    )));
+                }
+                Ok(projection)
+            })
+            .collect()
+    }
+
+    /// The objects of `resource_type` in `namespace` (all when `None` or empty) matching
+    /// `label_selector`, unsorted, with the checked type.
+    fn listed(
+        &self,
+        resource_type: WitGvk,
+        namespace: Option<String>,
+        label_selector: Option<String>,
+    ) -> Result<(Gvk, Vec<Arc<Object>>), Error> {
+        let selector =
+            match &label_selector {
+                Some(text) => {
+                    check_len("label selector", text)?;
+                    Some(LabelSelector::parse(text).map_err(|e| {
+                        Error::InvalidInput(format!("label selector {text:?}: {e}"))
+                    })?)
+                }
+                None => None,
+            };
+        if let Some(ns) = namespace.as_deref().filter(|ns| !ns.is_empty()) {
+            check_len("namespace", ns)?;
+            super::check_namespace(ns)?;
+        }
+        let (resource, indexer) = self.readable(resource_type)?;
+        let found = match namespace.as_deref().filter(|ns| !ns.is_empty()) {
+            Some(ns) => indexer.by_index(NAMESPACE_INDEX, ns).unwrap_or_else(|_| {
+                indexer
+                    .list()
+                    .into_iter()
+                    .filter(|o| o.namespace() == Some(ns))
+                    .collect()
+            }),
+            None => indexer.list(),
+        };
+        let matching = found
+            .into_iter()
+            .filter(|o| selector.as_ref().is_none_or(|s| s.matches(&**o)))
+            .collect();
+        Ok((resource, matching))
     }
 
     /// The informer's name of the plugin's index `index` on `resource`.
@@ -77,15 +151,47 @@ fn objects(
     Ok(list.iter().map(|o| cached(o)).collect())
 }
 
+/// `key` when it is `namespace/name` or `name`.
+fn check_key(key: &str) -> Result<(), Error> {
+    check_len("key", key)?;
+    if key.is_empty() || key.split('/').count() > 2 || key.split('/').any(str::is_empty) {
+        return Err(Error::InvalidInput(format!(
+            "key {key:?} is not `namespace/name` or `name`"
+        )));
+    }
+    Ok(())
+}
+
+/// `list` sorted by key and read through `projections`; `call` names the call if the answer
+/// is over the bound (what the projections select is never more than the objects' JSON).
+fn projected_objects(
+    call: &str,
+    mut list: Vec<Arc<Object>>,
+    projections: &[Projection],
+) -> Result<Vec<ProjectedObject>, Error> {
+    let answer: Vec<ProjectedObject> = {
+        list.sort_by(|a, b| a.key().as_str().cmp(b.key().as_str()));
+        list.iter()
+            .map(|o| projected_object(o, projections))
+            .collect()
+    };
+    check_answer(
+        call,
+        answer.iter().map(|o| {
+            o.projected
+                .iter()
+                .flat_map(|p| &p.values)
+                .map(crate::convert::value_size)
+                .sum::<usize>()
+        }),
+    )?;
+    Ok(answer)
+}
+
 impl Host for StoreState {
     fn get(&mut self, resource_type: WitGvk, key: String) -> Answer<Option<CachedObject>> {
         Ok((|| {
-            check_len("key", &key)?;
-            if key.is_empty() || key.split('/').count() > 2 || key.split('/').any(str::is_empty) {
-                return Err(Error::InvalidInput(format!(
-                    "key {key:?} is not `namespace/name` or `name`"
-                )));
-            }
+            check_key(&key)?;
             let (_, indexer) = self.readable(resource_type)?;
             Ok(indexer.get(key.as_str()).map(|o| cached(&o)))
         })())
@@ -98,34 +204,42 @@ impl Host for StoreState {
         label_selector: Option<String>,
     ) -> Answer<Vec<CachedObject>> {
         Ok((|| {
-            let selector = match &label_selector {
-                Some(text) => {
-                    check_len("label selector", text)?;
-                    Some(LabelSelector::parse(text).map_err(|e| {
-                        Error::InvalidInput(format!("label selector {text:?}: {e}"))
-                    })?)
-                }
-                None => None,
-            };
-            if let Some(ns) = namespace.as_deref().filter(|ns| !ns.is_empty()) {
-                check_len("namespace", ns)?;
-                super::check_namespace(ns)?;
-            }
-            let (resource, indexer) = self.readable(resource_type)?;
-            let found = match namespace.as_deref().filter(|ns| !ns.is_empty()) {
-                Some(ns) => indexer.by_index(NAMESPACE_INDEX, ns).unwrap_or_else(|_| {
-                    indexer
-                        .list()
-                        .into_iter()
-                        .filter(|o| o.namespace() == Some(ns))
-                        .collect()
-                }),
-                None => indexer.list(),
-            };
-            let matching = found
-                .into_iter()
-                .filter(|o| selector.as_ref().is_none_or(|s| s.matches(&**o)));
+            let (resource, matching) = self.listed(resource_type, namespace, label_selector)?;
             objects(&format!("list of {resource}"), matching)
+        })())
+    }
+
+    fn get_projected(
+        &mut self,
+        resource_type: WitGvk,
+        key: String,
+        projections: Vec<WitProjection>,
+    ) -> Answer<Option<ProjectedObject>> {
+        Ok((|| {
+            check_key(&key)?;
+            let projections = self.call_projections(projections)?;
+            let (_, indexer) = self.readable(resource_type)?;
+            Ok(indexer
+                .get(key.as_str())
+                .map(|o| projected_object(&o, &projections)))
+        })())
+    }
+
+    fn list_projected(
+        &mut self,
+        resource_type: WitGvk,
+        namespace: Option<String>,
+        label_selector: Option<String>,
+        projections: Vec<WitProjection>,
+    ) -> Answer<Vec<ProjectedObject>> {
+        Ok((|| {
+            let projections = self.call_projections(projections)?;
+            let (resource, matching) = self.listed(resource_type, namespace, label_selector)?;
+            projected_objects(
+                &format!("list-projected of {resource}"),
+                matching,
+                &projections,
+            )
         })())
     }
 
@@ -234,6 +348,7 @@ mod tests {
             metrics: Arc::default(),
             stats: Arc::default(),
             indexes: BTreeMap::new(),
+            max_projections: crate::description::MAX_PROJECTIONS,
             log_budget: Arc::new(Mutex::new(LogBudget::new())),
             write_budget: Mutex::new(write_budget(&PluginLimits::default())),
             writes_fenced: tokio::sync::watch::Sender::new(false),

@@ -163,6 +163,7 @@ impl HostCalls {
             metrics: Arc::default(),
             stats: Arc::default(),
             indexes: BTreeMap::new(),
+            max_projections: crate::description::MAX_PROJECTIONS,
             log_budget: Arc::new(Mutex::new(LogBudget::new())),
             write_budget: Mutex::new(write_budget(&PluginLimits::default())),
             writes_fenced: tokio::sync::watch::Sender::new(false),

@@ -196,3 +196,121 @@ async fn bad_projections_fail_the_load_naming_what_is_wrong() -> Result<()> {
     );
     Ok(())
 }
+
+/// Loads `field-reader` on Pods with `cache_reads` and waits for the event of `a`; returns
+/// what it recorded.
+async fn cache_read_observation(server: &MemoryServer, cache_reads: Value) -> Result<Value> {
+    let (informer, mut receivers) = informer(server, pods(), 1);
+    let recorder = Arc::new(Recorder::default());
+    let runtime = runtime();
+    let spec = spec(
+        "field-reader",
+        &json!({ "projections": [], "cache_reads": cache_reads }).to_string(),
+        BTreeMap::from([(gvk(&pods()), informer.indexer().clone())]),
+        recorder.clone(),
+        grants().allow_read(gvk(&pods())),
+        PluginLimits::default(),
+    )?;
+    let plugin = Arc::new(runtime.load(spec).await?);
+    let driver = run_events(plugin.clone(), vec![receivers.remove(0)])?;
+    until("the initial list", Duration::from_secs(30), || {
+        recorder.observations().iter().any(|o| o["key"] == "ns/a")
+    })
+    .await?;
+    driver.abort();
+    informer.stop().await;
+    let observations = recorder.observations();
+    Ok(observations
+        .into_iter()
+        .find(|o| o["key"] == "ns/a")
+        .expect("waited for it"))
+}
+
+/// A reconcile-style read through the cache asks for projections instead of JSON and gets
+/// the same typed values an event carries, for one object and for a list, sorted by key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_reads_return_projected_values() -> Result<()> {
+    let server = MemoryServer::new();
+    server
+        .create(&pods(), &pod("a", "node-1", &["nginx:1", "envoy:2"]))
+        .unwrap();
+    server.create(&pods(), &pod("b", "node-2", &[])).unwrap();
+    let reads = json!([
+        ["node", "spec.nodeName"],
+        ["images", "spec.containers[*].image"],
+        ["priority", "spec.priority"],
+    ]);
+    let observed = cache_read_observation(&server, reads).await?;
+    assert_eq!(
+        observed["cached"],
+        json!({
+            "key": "ns/a",
+            "projected": {
+                "node": [{"text": "node-1"}],
+                "images": [{"text": "nginx:1"}, {"text": "envoy:2"}],
+                "priority": [{"integer": 5}],
+            },
+            "node": "node-1",
+        }),
+        "{observed}"
+    );
+    assert_eq!(
+        observed["listed"],
+        json!([
+            {"key": "ns/a", "projected": {
+                "node": [{"text": "node-1"}],
+                "images": [{"text": "nginx:1"}, {"text": "envoy:2"}],
+                "priority": [{"integer": 5}],
+            }},
+            {"key": "ns/b", "projected": {
+                "node": [{"text": "node-2"}],
+                "images": [],
+                "priority": [{"integer": 5}],
+            }},
+        ]),
+        "{observed}"
+    );
+    Ok(())
+}
+
+/// The projections a cache read asks for are checked like a subscription's, per call: a
+/// hostile list is `invalid-input` naming the entry, and the plugin goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_cache_read_projections_are_invalid_input() -> Result<()> {
+    let server = MemoryServer::new();
+    server
+        .create(&pods(), &pod("a", "node-1", &["nginx:1"]))
+        .unwrap();
+    let many: Vec<Value> = (0..17)
+        .map(|i| json!([format!("f{i}"), "spec.nodeName"]))
+        .collect();
+    let cases = [
+        (
+            json!(many),
+            "invalid input: projections: 17 entries; at most 16 (max_projections)",
+        ),
+        (
+            json!([["x", "spec..nodeName"]]),
+            "invalid input: projections[0].path: path segment 2 (\"\") must be a field name",
+        ),
+        (
+            json!([["x", "spec.a"], ["x", "spec.b"]]),
+            "invalid input: projections[1].name: \"x\" is used twice",
+        ),
+        (
+            json!([["", "spec.a"]]),
+            "invalid input: projections[0].name: \"\" is not 1 to 63 bytes",
+        ),
+    ];
+    for (reads, expected) in cases {
+        let observed = cache_read_observation(&server, reads).await?;
+        for call in ["cached", "listed"] {
+            let error = observed[call]["error"].as_str().unwrap_or_default();
+            ensure!(
+                error.contains(expected),
+                "{call}: {error:?} lacks {expected:?}"
+            );
+        }
+    }
+    Ok(())
+}

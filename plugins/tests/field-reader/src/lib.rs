@@ -1,8 +1,11 @@
 //! Test guest: subscribes to Pods with the projections its settings name and no object JSON,
 //! and records every event's projected values (new and old), each tagged with its WIT case,
 //! as one `Observation` created through `cluster`, so the test sees exactly what the guest
-//! got. Settings: `{"projections": [["name", "path"], ...]}`; the default reads the node,
-//! each container's image, the restart policy and the conditions.
+//! got. Settings: `{"projections": [["name", "path"], ...], "cache_reads": [...]}`; the
+//! default projections read the node, each container's image, the restart policy and the
+//! conditions. With `cache_reads`, each event also reads its object through
+//! `cache.get-projected` and its namespace through `cache.list-projected` with those
+//! projections (unchecked: a test may pass hostile ones) and records the answers.
 
 use kubeplug_sdk::Projected;
 use kubeplug_sdk::prelude::*;
@@ -10,6 +13,7 @@ use serde_json::{Map, Value, json};
 
 struct FieldReader {
     projections: Vec<(String, String)>,
+    cache_reads: Option<Vec<Projection>>,
 }
 
 fn pods() -> Gvk {
@@ -31,11 +35,20 @@ fn tagged(values: &[FieldValue]) -> Value {
         .collect()
 }
 
+/// Each projection's values, tagged, by its name.
+fn by_name(projected: &[Projected]) -> Map<String, Value> {
+    projected
+        .iter()
+        .map(|p| (p.name.clone(), tagged(&p.values)))
+        .collect()
+}
+
 impl Plugin for FieldReader {
     fn init(settings: Settings) -> Result<Self, String> {
         #[derive(serde::Deserialize)]
         struct Config {
             projections: Option<Vec<(String, String)>>,
+            cache_reads: Option<Vec<(String, String)>>,
         }
         let config: Config = settings.parse()?;
         let projections = config.projections.unwrap_or_else(|| {
@@ -48,7 +61,16 @@ impl Plugin for FieldReader {
             .map(|(name, path)| (name.to_owned(), path.to_owned()))
             .to_vec()
         });
-        Ok(Self { projections })
+        let cache_reads = config.cache_reads.map(|reads| {
+            reads
+                .iter()
+                .map(|(name, path)| Projection::new(name, path))
+                .collect()
+        });
+        Ok(Self {
+            projections,
+            cache_reads,
+        })
     }
 
     fn describe(&self) -> Description {
@@ -67,13 +89,7 @@ impl Plugin for FieldReader {
     }
 
     fn on_event(&mut self, event: &Event) -> Result<(), String> {
-        let by_name = |projected: &[Projected]| -> Map<String, Value> {
-            projected
-                .iter()
-                .map(|p| (p.name.clone(), tagged(&p.values)))
-                .collect()
-        };
-        let observation = json!({
+        let mut observation = json!({
             "change": match event.change {
                 EventType::Added => "Added",
                 EventType::Updated => "Updated",
@@ -86,6 +102,25 @@ impl Plugin for FieldReader {
             "node": event.field_str("node"),
             "old_node": event.old_field("node").first().and_then(FieldValue::as_str),
         });
+        if let Some(reads) = &self.cache_reads {
+            observation["cached"] = match cache::get_projected(&pods(), &event.key(), reads) {
+                Ok(Some(object)) => json!({
+                    "key": object.meta.key(),
+                    "projected": by_name(&object.projected),
+                    "node": object.field_str("node"),
+                }),
+                Ok(None) => Value::Null,
+                Err(e) => json!({ "error": e.explain() }),
+            };
+            let namespace = event.meta.namespace.as_deref();
+            observation["listed"] = match cache::list_projected(&pods(), namespace, None, reads) {
+                Ok(objects) => objects
+                    .iter()
+                    .map(|o| json!({ "key": o.meta.key(), "projected": by_name(&o.projected) }))
+                    .collect(),
+                Err(e) => json!({ "error": e.explain() }),
+            };
+        }
         cluster::create(
             &gvk("test.kubeplug.io", "v1", "Observation"),
             None,
