@@ -12,6 +12,10 @@
 //! the host; reconcile re-derives the references from the Deployment itself, so a stale
 //! index only costs a no-op reconcile. Reconcile patches only when the hash differs.
 //!
+//! Reconcile reads through projections, in the indexes' path language: the host hands it
+//! each place's reference objects, the template's annotations and each ConfigMap's or
+//! Secret's content maps, so no whole object is copied into the plugin or parsed in it.
+//!
 //! Secret content never leaves the plugin except as part of the hash, and is never logged.
 //!
 //! Settings: `{"annotation": "kubeplug.dev/config-hash", "secrets": true}` (the defaults).
@@ -113,57 +117,90 @@ const PLACES: [Place; 12] = [
     place("secret-init-env", Secret, "initContainers[*].env[*].valueFrom.secretKeyRef", "name"),
 ];
 
-/// The values at `path` under `root`, read as the host reads index paths (dotted fields,
-/// `[*]` iterates over an array), so that reconcile sees the references the indexes see.
-fn walk<'a>(root: &'a Value, path: &str) -> Vec<&'a Value> {
-    let mut current = vec![root];
-    for segment in path.split('.') {
-        let field = segment.trim_end_matches("[*]");
-        current = current.into_iter().filter_map(|v| v.get(field)).collect();
-        for _ in 0..(segment.len() - field.len()) / "[*]".len() {
-            current = current
-                .into_iter()
-                .filter_map(Value::as_array)
-                .flatten()
-                .collect();
-        }
-    }
-    current
+/// A reference found at one place: the object's name (in `name`, or `secretName` for a
+/// Secret volume) and whether the pod starts without it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Reference {
+    name: Option<String>,
+    secret_name: Option<String>,
+    #[serde(default)]
+    optional: bool,
 }
 
-/// The ConfigMaps and Secrets a pod spec names, each with whether every reference to it is
-/// optional (one required reference makes it required).
-fn references(pod_spec: &Value, secrets: bool) -> BTreeMap<(Source, String), bool> {
+/// What reconcile reads of a Deployment, as projections: each place's holders (projection
+/// `index`, whose values are the holder objects) and the pod template's annotations (an
+/// annotation key has dots, which a path cannot name, so the whole small map).
+fn deployment_projections(secrets: bool) -> Vec<Projection> {
+    PLACES
+        .iter()
+        .filter(|p| secrets || p.source != Secret)
+        .map(|p| Projection::new(p.index, &format!("spec.template.spec.{}", p.holder)))
+        .chain([Projection::new(
+            ANNOTATIONS,
+            "spec.template.metadata.annotations",
+        )])
+        .collect()
+}
+
+/// The projection of the pod template's annotations.
+const ANNOTATIONS: &str = "annotations";
+
+/// The ConfigMaps and Secrets a Deployment's pod template names, each with whether every
+/// reference to it is optional (one required reference makes it required). A holder that is
+/// not an object with a string name at its place's field names nothing, as in the index.
+fn references(deployment: &ProjectedObject, secrets: bool) -> BTreeMap<(Source, String), bool> {
     let mut found: BTreeMap<(Source, String), bool> = BTreeMap::new();
     for place in PLACES.iter().filter(|p| secrets || p.source != Secret) {
-        for holder in walk(pod_spec, place.holder) {
-            let Some(name) = holder.get(place.field).and_then(Value::as_str) else {
+        for holder in deployment.field(place.index) {
+            let Ok(reference) = holder.parse::<Reference>() else {
                 continue;
             };
-            let optional = holder
-                .get("optional")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
+            let name = match place.field {
+                "secretName" => reference.secret_name,
+                _ => reference.name,
+            };
+            let Some(name) = name else {
+                continue;
+            };
             found
-                .entry((place.source, name.to_owned()))
-                .and_modify(|all_optional| *all_optional &= optional)
-                .or_insert(optional);
+                .entry((place.source, name))
+                .and_modify(|all_optional| *all_optional &= reference.optional)
+                .or_insert(reference.optional);
         }
     }
     found
 }
 
+/// What reconcile reads of a ConfigMap or Secret: its content maps, one projection each.
+fn content_projections() -> Vec<Projection> {
+    ["data", "binaryData", "stringData"]
+        .map(|field| Projection::new(field, field))
+        .to_vec()
+}
+
 /// What a pod can read from a ConfigMap (`data`, `binaryData`) or a Secret (`data`, and
 /// `stringData` as it stays in manifests the local cluster serves unconverted).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
 struct Content {
-    #[serde(default)]
     data: BTreeMap<String, String>,
-    #[serde(default)]
     binary_data: BTreeMap<String, String>,
-    #[serde(default)]
     string_data: BTreeMap<String, String>,
+}
+
+impl Content {
+    /// The content maps of an object read through [`content_projections`]; `None` when one
+    /// is not a map of strings. An absent or `null` map is empty.
+    fn of(object: &ProjectedObject) -> Option<Self> {
+        let map = |name: &str| match object.field(name).first() {
+            None | Some(FieldValue::Null) => Some(BTreeMap::new()),
+            Some(value) => value.parse().ok(),
+        };
+        Some(Self {
+            data: map("data")?,
+            binary_data: map("binaryData")?,
+            string_data: map("stringData")?,
+        })
+    }
 }
 
 /// Feeds `text` length-prefixed, so that no two different contents feed the same bytes.
@@ -232,6 +269,9 @@ fn is_annotation_key(key: &str) -> bool {
 struct ConfigMapReload {
     annotation: String,
     secrets: bool,
+    /// What reconcile reads of a Deployment and of a ConfigMap or Secret, built once.
+    deployment_projections: Vec<Projection>,
+    content_projections: Vec<Projection>,
 }
 
 impl ConfigMapReload {
@@ -243,7 +283,7 @@ impl ConfigMapReload {
                 "Deployment {key} has no namespace; the host mapped a key wrongly"
             ));
         };
-        let cached = cache::get(&deployments(), &key)
+        let cached = cache::get_projected(&deployments(), &key, &self.deployment_projections)
             .map_err(|e| format!("reading Deployment {key}: {}", e.explain()))?;
         let Some(deployment) = cached else {
             return Ok(());
@@ -251,10 +291,7 @@ impl ConfigMapReload {
         if deployment.meta.deletion_timestamp.is_some() {
             return Ok(());
         }
-        let object: Value = serde_json::from_str(&deployment.json)
-            .map_err(|e| format!("Deployment {key}: cached JSON does not parse: {e}"))?;
-        let pod_spec = &object["spec"]["template"]["spec"];
-        let references = references(pod_spec, self.secrets);
+        let references = references(&deployment, self.secrets);
         // A Deployment that reads no configuration is not this plugin's business.
         if references.is_empty() {
             return Ok(());
@@ -262,16 +299,17 @@ impl ConfigMapReload {
         let mut contents = BTreeMap::new();
         for ((source, name), optional) in references {
             let object_key = format!("{namespace}/{name}");
-            let found = cache::get(&source.gvk(), &object_key).map_err(|e| {
-                format!(
-                    "Deployment {key}: reading {} {object_key}: {}",
-                    source.kind(),
-                    e.explain()
-                )
-            })?;
+            let found = cache::get_projected(&source.gvk(), &object_key, &self.content_projections)
+                .map_err(|e| {
+                    format!(
+                        "Deployment {key}: reading {} {object_key}: {}",
+                        source.kind(),
+                        e.explain()
+                    )
+                })?;
             let content = match found {
                 // No Secret text in the message: serde's errors may quote the value.
-                Some(found) => Some(serde_json::from_str::<Content>(&found.json).map_err(|_| {
+                Some(found) => Some(Content::of(&found).ok_or_else(|| {
                     format!(
                         "{} {object_key}: data, binaryData or stringData is not a map of strings",
                         source.kind()
@@ -295,8 +333,12 @@ impl ConfigMapReload {
             contents.insert((source, name), content);
         }
         let hash = digest(&contents);
-        let annotations = &object["spec"]["template"]["metadata"]["annotations"];
-        if annotations[self.annotation.as_str()].as_str() == Some(hash.as_str()) {
+        let annotations: BTreeMap<String, Value> = deployment
+            .field(ANNOTATIONS)
+            .first()
+            .and_then(|map| map.parse().ok())
+            .unwrap_or_default();
+        if annotations.get(&self.annotation).and_then(Value::as_str) == Some(hash.as_str()) {
             return Ok(());
         }
         let annotation = Map::from_iter([(self.annotation.clone(), Value::from(hash))]);
@@ -336,6 +378,8 @@ impl Plugin for ConfigMapReload {
         Ok(Self {
             annotation: config.annotation,
             secrets: config.secrets,
+            deployment_projections: deployment_projections(config.secrets),
+            content_projections: content_projections(),
         })
     }
 
