@@ -203,7 +203,12 @@ fn render(description: &Description, path: &Path) -> String {
         let _ = writeln!(out, "index {} on {}: {source}", index.name, index.resource);
     }
     for read in &description.reads {
-        let _ = writeln!(out, "reads {read}");
+        let bodies = if read.wants_object_json {
+            " (JSON)"
+        } else {
+            ""
+        };
+        let _ = writeln!(out, "reads {}{bodies}", read.resource);
     }
     for (resource, verbs) in &description.writes {
         let verbs: Vec<String> = verbs.iter().map(ToString::to_string).collect();

@@ -48,6 +48,24 @@ pub(crate) fn meta(object: &Object, fields: MetaFields) -> wit::ObjectMeta {
     }
 }
 
+/// The bytes of the strings [`meta`] copies of `object` with every field: what an answer
+/// of metadata costs the plugin's memory, for the bound on answers.
+pub(crate) fn meta_size(object: &Object) -> usize {
+    let labels: usize = object.labels().map(|(k, v)| k.len() + v.len()).sum();
+    let owners: usize = object
+        .owner_references()
+        .iter()
+        .map(|o| o.api_version.len() + o.kind.len() + o.name.len() + o.uid.len())
+        .sum();
+    object.namespace().map_or(0, str::len)
+        + object.name().len()
+        + object.uid().map_or(0, str::len)
+        + object.resource_version_text().len()
+        + object.deletion_timestamp().map_or(0, str::len)
+        + labels
+        + owners
+}
+
 /// What each of `projections` selects in `object`. An object whose JSON is malformed along a
 /// path gets no values for that path (the host's decoder checked its metadata only).
 pub(crate) fn projected(object: &Object, projections: &[Projection]) -> Vec<wit::Projected> {
@@ -101,10 +119,10 @@ fn field_value(found: Found<'_>) -> wit::FieldValue {
 }
 
 /// `object` as the cache hands it out: all its metadata.
-pub(crate) fn cached(object: &Object) -> wit::CachedObject {
+pub(crate) fn cached(object: &Object, with_json: bool) -> wit::CachedObject {
     wit::CachedObject {
         meta: meta(object, MetaFields::ALL),
-        json: object.json().to_owned(),
+        json: with_json.then(|| object.json().to_owned()),
     }
 }
 

@@ -33,10 +33,38 @@ pub struct Description {
     pub delivery: Delivery,
     /// Custom indexes the host evaluates for it.
     pub indexes: Vec<IndexDecl>,
-    /// Resource types it reads beyond its subscriptions.
-    pub reads: Vec<Gvk>,
+    /// What it reads beyond its subscriptions, and the types whose bodies it reads.
+    pub reads: Vec<Read>,
     /// Writes it asks for.
     pub writes: Vec<(Gvk, BTreeSet<WriteVerb>)>,
+}
+
+/// A declared read: a resource type the plugin reads through the cache, and whether it reads
+/// the objects' bodies (their JSON, or values through projections) or metadata only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Read {
+    /// The resource type.
+    pub resource: Gvk,
+    /// Whether its cache reads carry the objects' JSON and may project.
+    pub wants_object_json: bool,
+}
+
+impl Read {
+    /// A read of `resource`'s metadata only.
+    pub fn metadata(resource: Gvk) -> Self {
+        Self {
+            resource,
+            wants_object_json: false,
+        }
+    }
+
+    /// A read of `resource`'s objects whole.
+    pub fn bodies(resource: Gvk) -> Self {
+        Self {
+            resource,
+            wants_object_json: true,
+        }
+    }
 }
 
 /// One watched resource type.
@@ -274,7 +302,7 @@ pub struct RawDescription {
     /// `indexes`.
     pub indexes: Vec<RawIndex>,
     /// `reads`.
-    pub reads: Vec<Gvk>,
+    pub reads: Vec<Read>,
     /// `writes`, verbs as sent (duplicates allowed).
     pub writes: Vec<(Gvk, Vec<WriteVerb>)>,
 }
@@ -702,7 +730,14 @@ impl Description {
                     },
                 },
                 indexes,
-                reads: raw.reads.into_iter().map(gvk).collect(),
+                reads: raw
+                    .reads
+                    .into_iter()
+                    .map(|r| Read {
+                        resource: gvk(r.resource_type),
+                        wants_object_json: r.wants_object_json,
+                    })
+                    .collect(),
                 writes,
             },
             bounds,
@@ -747,7 +782,7 @@ impl Description {
             check_subscription(index, s, bounds)?;
         }
         for (index, read) in raw.reads.iter().enumerate() {
-            check_gvk(&|| format!("reads[{index}]"), read)?;
+            check_gvk(&|| format!("reads[{index}].resource-type"), &read.resource)?;
         }
         for (index, (resource, _)) in raw.writes.iter().enumerate() {
             check_gvk(&|| format!("writes[{index}].resource-type"), resource)?;
@@ -772,7 +807,7 @@ impl Description {
                 check_text(|| at("spec"), text)?;
             }
             if !subscriptions.iter().any(|s| s.resource == decl.resource)
-                && !raw.reads.contains(&decl.resource)
+                && !raw.reads.iter().any(|read| read.resource == decl.resource)
             {
                 return Err(DescriptionError::IndexOnUnknownResource {
                     index,
@@ -835,9 +870,40 @@ impl Description {
                 reads.insert(owner.clone());
             }
         }
-        reads.extend(self.reads.iter().cloned());
+        reads.extend(self.reads.iter().map(|read| read.resource.clone()));
         reads.extend(self.indexes.iter().map(|index| index.resource.clone()));
         reads
+    }
+
+    /// The types whose cache reads carry the objects' JSON: those of a read or a
+    /// subscription that wants it.
+    pub fn json_types(&self) -> BTreeSet<Gvk> {
+        let reads = self.reads.iter().filter(|r| r.wants_object_json);
+        let subscriptions = self.subscriptions.iter().filter(|s| s.wants_object_json);
+        reads
+            .map(|r| r.resource.clone())
+            .chain(subscriptions.map(|s| s.resource.clone()))
+            .collect()
+    }
+
+    /// The types whose objects' bodies the plugin needs in the cache: its JSON types, and
+    /// those of a subscription with old JSON or projections and of a `path` index. On every
+    /// other type it reads metadata only, and a projected cache read is refused.
+    pub fn body_types(&self) -> BTreeSet<Gvk> {
+        let mut types = self.json_types();
+        types.extend(
+            self.subscriptions
+                .iter()
+                .filter(|s| s.wants_old_json || !s.projections.is_empty())
+                .map(|s| s.resource.clone()),
+        );
+        types.extend(
+            self.indexes
+                .iter()
+                .filter(|i| matches!(i.spec, IndexSource::Path(_)))
+                .map(|i| i.resource.clone()),
+        );
+        types
     }
 
     /// Every resource type the plugin subscribes to.
@@ -990,7 +1056,7 @@ mod tests {
             )
         );
         let mut many = raw();
-        many.reads = vec![pods(); MAX_RESOURCES + 1];
+        many.reads = vec![Read::metadata(pods()); MAX_RESOURCES + 1];
         assert!(refusal(many).starts_with("reads: 65 entries; at most 64"));
         let mut many = raw();
         many.writes = vec![(pods(), Vec::new()); MAX_RESOURCES + 1];
@@ -1068,8 +1134,11 @@ mod tests {
         r.subscriptions[0].enqueue = KeyMapping::Owner(Gvk::new("apps", "v1", &long));
         assert_eq!(refusal(r), too_long("subscriptions[0].enqueue.owner.kind"));
         let mut r = raw();
-        r.reads = vec![pods(), Gvk::new(&long, "v1", "X")];
-        assert_eq!(refusal(r), too_long("reads[1].group"));
+        r.reads = vec![
+            Read::metadata(pods()),
+            Read::metadata(Gvk::new(&long, "v1", "X")),
+        ];
+        assert_eq!(refusal(r), too_long("reads[1].resource-type.group"));
         let mut r = raw();
         r.indexes = vec![index("by-path", RawIndexSpec::Path(long.clone()))];
         assert_eq!(refusal(r), too_long("indexes[0].spec"));
@@ -1122,8 +1191,8 @@ mod tests {
         r.subscriptions[0].namespace = Some("kube system".to_owned());
         assert!(refusal(r).starts_with("subscriptions[0].namespace: namespace \"kube system\""));
         let mut r = raw();
-        r.reads = vec![Gvk::new("evil.example.com/..", "v1", "Pod")];
-        assert!(refusal(r).starts_with("reads[0]: group "));
+        r.reads = vec![Read::metadata(Gvk::new("evil.example.com/..", "v1", "Pod"))];
+        assert!(refusal(r).starts_with("reads[0].resource-type: group "));
         let mut r = raw();
         r.writes[0].0.kind = "Pod/status".to_owned();
         assert!(refusal(r).starts_with("writes[0].resource-type: kind "));

@@ -9,24 +9,51 @@ use crate::description::Description;
 
 /// The effective policy of a loaded plugin: it reads what it both declares and is granted,
 /// and writes what it is granted. Nothing the plugin declares adds to its grants; a
-/// subscription is a read like any other.
+/// subscription is a read like any other. Of what it may read, it reads the objects' JSON
+/// and projects values only where its description says it reads bodies.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Policy {
     grants: Grants,
     /// The types it declares it reads ([`Description::read_types`]).
     declared: BTreeSet<Gvk>,
+    /// Those whose cache reads carry JSON ([`Description::json_types`]).
+    json: BTreeSet<Gvk>,
+    /// Those it may read through projections ([`Description::body_types`]).
+    bodies: BTreeSet<Gvk>,
 }
 
 impl Policy {
-    pub(crate) fn new(grants: &Grants, declared: BTreeSet<Gvk>) -> Self {
+    pub(crate) fn new(grants: &Grants, description: &Description) -> Self {
         Self {
             grants: grants.clone(),
-            declared,
+            declared: description.read_types(),
+            json: description.json_types(),
+            bodies: description.body_types(),
+        }
+    }
+
+    /// A policy that declares `types` read whole, bodies and all.
+    pub(crate) fn reading_whole(grants: &Grants, types: BTreeSet<Gvk>) -> Self {
+        Self {
+            grants: grants.clone(),
+            declared: types.clone(),
+            json: types.clone(),
+            bodies: types,
         }
     }
 
     pub(crate) fn may_read(&self, resource: &Gvk) -> bool {
         self.declared.contains(resource) && self.grants.may_read(resource)
+    }
+
+    /// Whether its reads of `resource` (which it may read) carry the objects' JSON.
+    pub(crate) fn reads_json(&self, resource: &Gvk) -> bool {
+        self.json.contains(resource)
+    }
+
+    /// Whether it may read `resource` (which it may read) through projections.
+    pub(crate) fn reads_bodies(&self, resource: &Gvk) -> bool {
+        self.bodies.contains(resource)
     }
 
     pub(crate) fn may_write(&self, resource: &Gvk, verb: WriteVerb) -> bool {

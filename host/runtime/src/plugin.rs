@@ -354,7 +354,7 @@ impl Runtime {
         }
         let host = Arc::new(HostContext {
             plugin: description.name.as_str().into(),
-            policy: Policy::new(&spec.grants, description.read_types()),
+            policy: Policy::new(&spec.grants, &description),
             cache: spec.cache,
             writer: spec.writer,
             metrics: Arc::new(PluginMetrics::default()),

@@ -2,15 +2,15 @@
 // `crashloop_pods{namespace="..."}`, and logs a warning when a Pod enters CrashLoopBackOff.
 //
 // A Pod is crash-looping when one of `status.containerStatuses[*].state.waiting.reason` is
-// `CrashLoopBackOff`. Events carry the container statuses as a projection, so a handler
-// parses each small status object and never the whole Pod. The set of crash-looping Pods lives in memory, but an instance may be
-// replaced at any time (after a fault), so a new instance rebuilds it from the host's cache
+// `CrashLoopBackOff`. Events and cache reads carry the container statuses as a projection, so
+// the handler parses each small status object and never the whole Pod. The set of
+// crash-looping Pods lives in memory, but an instance may be replaced at any time (after a fault), so a new instance rebuilds it from the host's cache
 // before its first batch: the gauges never count from zero again, and a Pod already known
 // to loop is not announced twice. Pods found looping in the initial list are announced.
 //
 // Bindings: see plugins/examples/label-audit-js/handler.js.
 
-import { list } from "kubeplug:plugin/cache@0.2.0";
+import { listProjected } from "kubeplug:plugin/cache@0.2.0";
 import { log } from "kubeplug:plugin/log@0.2.0";
 import { gaugeSet } from "kubeplug:plugin/metrics@0.2.0";
 import { field, projection } from "./kubeplug.js";
@@ -18,6 +18,8 @@ import { field, projection } from "./kubeplug.js";
 const PODS = { group: "", version: "v1", kind: "Pod" };
 const GAUGE = "crashloop_pods";
 const REASON = "CrashLoopBackOff";
+/** What the handler reads of a Pod, in its events and from the cache. */
+const STATUSES = projection("statuses", "status.containerStatuses[*]");
 
 /** namespace → names of its crash-looping Pods; `null` until rebuilt from the cache. */
 let looping = null;
@@ -27,12 +29,6 @@ function loopingIn(statuses) {
   return statuses
     .filter((status) => status?.state?.waiting?.reason === REASON)
     .map((status) => String(status.name));
-}
-
-/** The same for the Pod `json` (the cache hands out whole objects). */
-function loopingContainers(json) {
-  const statuses = JSON.parse(json).status?.containerStatuses;
-  return Array.isArray(statuses) ? loopingIn(statuses) : [];
 }
 
 function namespaceSet(namespace) {
@@ -46,8 +42,8 @@ function namespaceSet(namespace) {
 
 function rebuild() {
   looping = new Map();
-  for (const pod of list(PODS, null, null)) {
-    if (loopingContainers(pod.json).length > 0) {
+  for (const pod of listProjected(PODS, null, null, [STATUSES])) {
+    if (loopingIn(field(pod, "statuses")).length > 0) {
       namespaceSet(pod.meta.namespace ?? "").add(pod.meta.name);
     }
   }
@@ -82,7 +78,7 @@ function describe() {
         wantsObjectJson: false,
         wantsOldJson: false,
         enqueue: { tag: "own-key" },
-        projections: [projection("statuses", "status.containerStatuses[*]")],
+        projections: [STATUSES],
       },
     ],
     delivery: { tag: "events" },

@@ -47,7 +47,7 @@ pub mod bindings {
 use serde::de::DeserializeOwned;
 
 pub use bindings::exports::kubeplug::plugin::handler::{
-    Delivery, Description, IndexDecl, IndexSpec, KeyMapping, MetaFields, ReconcileResult,
+    Delivery, Description, IndexDecl, IndexSpec, KeyMapping, MetaFields, Read, ReconcileResult,
     Subscription, WriteRequest, WriteVerb,
 };
 pub use bindings::kubeplug::plugin::types::{
@@ -60,7 +60,7 @@ pub mod prelude {
     pub use crate::{
         CachedObject, Delivery, Description, Error, Event, EventType, FieldValue, Fields, Gvk,
         IndexDecl, IndexSpec, KeyMapping, MetaFields, ObjectMeta, ObjectRef, Plugin,
-        ProjectedObject, Projection, ReconcileResult, Settings, Subscription, WriteRequest,
+        ProjectedObject, Projection, Read, ReconcileResult, Settings, Subscription, WriteRequest,
         WriteVerb, cache, cluster, export_plugin, gvk, log, metrics,
     };
 }
@@ -175,6 +175,26 @@ impl Description {
         Self {
             delivery: Delivery::Reconcile(workers),
             ..Self::events(name, version, subscriptions)
+        }
+    }
+}
+
+impl Read {
+    /// A read of `resource_type`'s metadata: cache reads of it carry no JSON and cannot
+    /// project, which lets the host keep metadata only.
+    pub fn metadata(resource_type: Gvk) -> Self {
+        Self {
+            resource_type,
+            wants_object_json: false,
+        }
+    }
+
+    /// A read of `resource_type`'s objects whole: cache reads carry their JSON and may
+    /// project ([`cache::get_projected`]).
+    pub fn bodies(resource_type: Gvk) -> Self {
+        Self {
+            resource_type,
+            wants_object_json: true,
         }
     }
 }
@@ -412,9 +432,16 @@ impl FieldValue {
 }
 
 impl CachedObject {
-    /// The object's JSON parsed into `T`.
+    /// The object's JSON parsed into `T`; an error when the plugin reads the type's
+    /// metadata only (declare [`Read::bodies`]) or the JSON does not fit `T`.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, String> {
-        serde_json::from_str(&self.json).map_err(|e| format!("{}: {e}", self.meta.key()))
+        let json = self.json.as_deref().ok_or_else(|| {
+            format!(
+                "{}: no object JSON; declare a read of its type with wants-object-json",
+                self.meta.key()
+            )
+        })?;
+        serde_json::from_str(json).map_err(|e| format!("{}: {e}", self.meta.key()))
     }
 }
 

@@ -10,7 +10,7 @@ use kubeplug_json::path::FieldPath;
 use kubeplug_runtime::description::{
     Delivery, Description, DescriptionBounds, KeyMapping, MAX_INDEXES, MAX_PROJECTIONS,
     MAX_RECONCILE_WORKERS, MAX_RESOURCES, MAX_SUBSCRIPTIONS, MAX_TEXT, MetaFields, Projection,
-    RawDescription, RawIndex, RawIndexSpec, SubscriptionSpec,
+    RawDescription, RawIndex, RawIndexSpec, Read, SubscriptionSpec,
 };
 use kubeplug_runtime::index::IndexPath;
 use kubeplug_runtime::{Gvk, WriteVerb};
@@ -132,7 +132,12 @@ impl Input<'_> {
             },
         };
         let indexes = (0..self.count(MAX_INDEXES)).map(|_| self.index()).collect();
-        let reads = (0..self.count(MAX_RESOURCES)).map(|_| self.gvk()).collect();
+        let reads = (0..self.count(MAX_RESOURCES))
+            .map(|_| Read {
+                resource: self.gvk(),
+                wants_object_json: self.byte().is_multiple_of(2),
+            })
+            .collect();
         let writes = (0..self.count(MAX_RESOURCES))
             .map(|_| {
                 let resource = self.gvk();
@@ -288,7 +293,11 @@ fn reference_problems(raw: &RawDescription) -> Vec<String> {
         }
     }
     for (i, r) in raw.reads.iter().enumerate() {
-        named_wrong.extend(gvk(&mut text, format!("reads[{i}]"), r));
+        named_wrong.extend(gvk(
+            &mut text,
+            format!("reads[{i}].resource-type"),
+            &r.resource,
+        ));
     }
     for (i, (r, _)) in raw.writes.iter().enumerate() {
         named_wrong.extend(gvk(&mut text, format!("writes[{i}].resource-type"), r));
@@ -345,7 +354,7 @@ fn reference_problems(raw: &RawDescription) -> Vec<String> {
             .subscriptions
             .iter()
             .any(|s| s.resource == index.resource)
-            || raw.reads.contains(&index.resource);
+            || raw.reads.iter().any(|r| r.resource == index.resource);
         let bad_path = matches!(&index.spec, RawIndexSpec::Path(p) if IndexPath::parse(p).is_err());
         if !known || !names.insert(&index.name) || bad_path {
             problems.push(format!("indexes[{i}]"));

@@ -20,7 +20,8 @@ declare namespace KubeplugWit {
     ownerReferences: OwnerReference[];
     deletionTimestamp: string | null;
   }
-  interface CachedObject { meta: ObjectMeta; json: string }
+  /** `json` is null when the plugin reads the type's metadata only. */
+  interface CachedObject { meta: ObjectMeta; json: string | null }
   type EventType = "added" | "updated" | "deleted";
   interface Event {
     subscription: number;
@@ -67,6 +68,7 @@ declare namespace KubeplugWit {
   type IndexSpec = { tag: "label"; val: string } | { tag: "owner-uid" } | { tag: "path"; val: string };
   interface IndexDecl { name: string; resourceType: Gvk; spec: IndexSpec }
   type WriteVerb = "apply" | "patch" | "patch-status" | "create" | "delete" | "record-event";
+  interface Read { resourceType: Gvk; wantsObjectJson: boolean }
   interface WriteRequest { resourceType: Gvk; verbs: WriteVerb[] }
   interface Description {
     name: string;
@@ -74,7 +76,7 @@ declare namespace KubeplugWit {
     subscriptions: Subscription[];
     delivery: Delivery;
     indexes: IndexDecl[];
-    reads: Gvk[];
+    reads: Read[];
     writes: WriteRequest[];
   }
   type ReconcileResult = { tag: "done" } | { tag: "requeue-after"; val: number } | { tag: "error"; val: string };

@@ -22,6 +22,7 @@ export type FieldValue = KubeplugWit.FieldValue;
 /** A projected value as JavaScript: a string, number, bigint (an integer past 2^53), boolean, null, or a parsed object or array. */
 export type Value = string | number | bigint | boolean | null | object;
 export type IndexDecl = KubeplugWit.IndexDecl;
+export type Read = KubeplugWit.Read;
 export type WriteRequest = KubeplugWit.WriteRequest;
 export type Description = KubeplugWit.Description;
 export type ReconcileResult = KubeplugWit.ReconcileResult;
@@ -39,6 +40,7 @@ export function counterAdd(name: string, labels?: Record<string, unknown>, delta
 export function gaugeSet(name: string, value: number, labels?: Record<string, unknown>): void;
 export function subscription(resourceType: Gvk, options?: Partial<Subscription>): Subscription;
 export function projection(name: string, path: string): Projection;
+export function read(resourceType: Gvk, options?: { wantsObjectJson?: boolean }): Read;
 export function value(field: FieldValue): Value;
 export function field(source: Event | ProjectedObject, name: string): Value[];
 export function oldField(event: Event, name: string): Value[];
@@ -48,7 +50,7 @@ export function description(parts: {
   subscriptions: Subscription[];
   workers?: number | null;
   indexes?: IndexDecl[];
-  reads?: Gvk[];
+  reads?: Read[];
   writes?: WriteRequest[];
 }): Description;
 export function settings<T extends object>(json: string, defaults?: T): T & Record<string, unknown>;

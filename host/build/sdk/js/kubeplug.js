@@ -76,6 +76,15 @@ export function projection(name, path) {
   return { name, path };
 }
 
+/**
+ * A type the handler reads through the cache, for `description({ reads })`: metadata only
+ * unless `wantsObjectJson` (cache answers then carry each object's JSON, and
+ * `getProjected`/`listProjected` may read it).
+ */
+export function read(resourceType, { wantsObjectJson = false } = {}) {
+  return { resourceType, wantsObjectJson };
+}
+
 /** A projected value as JavaScript: objects and arrays parsed, integers as numbers while exact. */
 export function value(field) {
   switch (field.tag) {

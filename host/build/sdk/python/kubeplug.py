@@ -24,6 +24,7 @@ from wit_world.exports.handler import (
     KeyMapping,
     KeyMapping_OwnKey,
     MetaFields,
+    Read,
     ReconcileResult,
     ReconcileResult_Done,
     ReconcileResult_Error,
@@ -156,6 +157,13 @@ def projection(name: str, path: str) -> Projection:
     return Projection(name=name, path=path)
 
 
+def read(resource_type: Gvk, *, wants_object_json: bool = False) -> Read:
+    """A type the handler reads through the cache, for `description(reads=...)`: metadata
+    only unless `wants_object_json` (cache answers then carry each object's JSON, and
+    `cache.get_projected` and `cache.list_projected` may read it)."""
+    return Read(resource_type=resource_type, wants_object_json=wants_object_json)
+
+
 def value(field_value: FieldValue) -> Any:
     """A projected value as Python: str, int, float, bool, None, or a parsed dict or list."""
     if isinstance(field_value, FieldValue_Null):
@@ -190,7 +198,7 @@ def description(
     *,
     workers: Optional[int] = None,
     indexes: Sequence[IndexDecl] = (),
-    reads: Sequence[Gvk] = (),
+    reads: Sequence[Read] = (),
     writes: Sequence[WriteRequest] = (),
 ) -> Description:
     """What `describe` returns: events mode, or reconcile mode with `workers` workers."""

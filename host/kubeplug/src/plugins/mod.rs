@@ -491,6 +491,7 @@ impl PluginHost {
         let cached = description
             .reads
             .iter()
+            .map(|read| &read.resource)
             .chain(description.indexes.iter().map(|index| &index.resource));
         for resource in cached {
             if self.resolve.resolve(resource).await.is_some()

@@ -61,7 +61,8 @@ impl Pipeline {
         // What the plugin may read gets its informer now, so that its first read finds a
         // synced cache rather than one that depends on timing.
         let subscribed = description.subscriptions.iter().map(|s| &s.resource);
-        for readable in description.reads.iter().chain(subscribed) {
+        let declared = description.reads.iter().map(|read| &read.resource);
+        for readable in declared.chain(subscribed) {
             cache.indexer(readable);
         }
         // Every notification is delivered, in reconcile mode too, where `run` coalesces them

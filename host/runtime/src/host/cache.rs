@@ -12,7 +12,7 @@ use crate::bindings::kubeplug::plugin::cache::Host;
 use crate::bindings::wit::{
     CachedObject, Error, Gvk as WitGvk, ProjectedObject, Projection as WitProjection,
 };
-use crate::convert::{cached, projected_object};
+use crate::convert::{cached, meta_size, projected_object, value_size};
 use crate::description::Projection;
 use crate::gvk::Gvk;
 use crate::state::StoreState;
@@ -39,6 +39,20 @@ impl StoreState {
             Some(indexer) => Ok((resource, indexer)),
             None => Err(Error::NotFound(format!("no informer serves {resource}"))),
         }
+    }
+
+    /// Refuses a projected read of `resource` unless the plugin declared that it reads the
+    /// objects' bodies: without that the host may hold metadata only.
+    fn check_bodies(&self, resource: &Gvk) -> Result<(), Error> {
+        if self.host.policy.reads_bodies(resource) {
+            return Ok(());
+        }
+        PluginStats::add(&self.host.stats.denied, 1);
+        Err(Error::NotPermitted(format!(
+            "plugin {} reads {resource} without bodies: to read it through projections, \
+             declare a read of it with wants-object-json",
+            self.host.plugin
+        )))
     }
 
     /// The projections a call asks for, checked as a subscription's are: at most
@@ -139,16 +153,21 @@ fn index_error(resource: &Gvk, error: &IndexerError) -> Error {
     }
 }
 
-/// `list` sorted by key, as the guest gets them; `call` names the call if the answer is
-/// over the bound.
+/// `list` sorted by key, as the guest gets them, with their JSON or metadata only; `call`
+/// names the call if the answer is over the bound.
 fn objects(
     call: &str,
     list: impl IntoIterator<Item = Arc<Object>>,
+    with_json: bool,
 ) -> Result<Vec<CachedObject>, Error> {
     let mut list: Vec<Arc<Object>> = list.into_iter().collect();
-    check_answer(call, list.iter().map(|o| o.json().len()))?;
+    check_answer(
+        call,
+        list.iter()
+            .map(|o| meta_size(o) + if with_json { o.json().len() } else { 0 }),
+    )?;
     list.sort_by(|a, b| a.key().as_str().cmp(b.key().as_str()));
-    Ok(list.iter().map(|o| cached(o)).collect())
+    Ok(list.iter().map(|o| cached(o, with_json)).collect())
 }
 
 /// `key` when it is `namespace/name` or `name`.
@@ -163,28 +182,28 @@ fn check_key(key: &str) -> Result<(), Error> {
 }
 
 /// `list` sorted by key and read through `projections`; `call` names the call if the answer
-/// is over the bound (what the projections select is never more than the objects' JSON).
+/// is over the bound. Projections may select more than the objects' JSON (several of the
+/// same large field), so the answer is counted as it is built and abandoned at the bound.
 fn projected_objects(
     call: &str,
     mut list: Vec<Arc<Object>>,
     projections: &[Projection],
 ) -> Result<Vec<ProjectedObject>, Error> {
-    let answer: Vec<ProjectedObject> = {
-        list.sort_by(|a, b| a.key().as_str().cmp(b.key().as_str()));
-        list.iter()
-            .map(|o| projected_object(o, projections))
-            .collect()
-    };
-    check_answer(
-        call,
-        answer.iter().map(|o| {
-            o.projected
-                .iter()
-                .flat_map(|p| &p.values)
-                .map(crate::convert::value_size)
-                .sum::<usize>()
-        }),
-    )?;
+    list.sort_by(|a, b| a.key().as_str().cmp(b.key().as_str()));
+    let mut answer = Vec::with_capacity(list.len());
+    let mut total = 0;
+    for object in &list {
+        let projected = projected_object(object, projections);
+        let values: usize = projected
+            .projected
+            .iter()
+            .flat_map(|p| &p.values)
+            .map(value_size)
+            .sum();
+        total += meta_size(object) + values;
+        check_answer(call, [total])?;
+        answer.push(projected);
+    }
     Ok(answer)
 }
 
@@ -192,8 +211,9 @@ impl Host for StoreState {
     fn get(&mut self, resource_type: WitGvk, key: String) -> Answer<Option<CachedObject>> {
         Ok((|| {
             check_key(&key)?;
-            let (_, indexer) = self.readable(resource_type)?;
-            Ok(indexer.get(key.as_str()).map(|o| cached(&o)))
+            let (resource, indexer) = self.readable(resource_type)?;
+            let with_json = self.host.policy.reads_json(&resource);
+            Ok(indexer.get(key.as_str()).map(|o| cached(&o, with_json)))
         })())
     }
 
@@ -205,7 +225,8 @@ impl Host for StoreState {
     ) -> Answer<Vec<CachedObject>> {
         Ok((|| {
             let (resource, matching) = self.listed(resource_type, namespace, label_selector)?;
-            objects(&format!("list of {resource}"), matching)
+            let with_json = self.host.policy.reads_json(&resource);
+            objects(&format!("list of {resource}"), matching, with_json)
         })())
     }
 
@@ -218,10 +239,11 @@ impl Host for StoreState {
         Ok((|| {
             check_key(&key)?;
             let projections = self.call_projections(projections)?;
-            let (_, indexer) = self.readable(resource_type)?;
-            Ok(indexer
-                .get(key.as_str())
-                .map(|o| projected_object(&o, &projections)))
+            let (resource, indexer) = self.readable(resource_type)?;
+            self.check_bodies(&resource)?;
+            let found = indexer.get(key.as_str()).into_iter().collect();
+            let call = format!("get-projected of {resource} {key}");
+            Ok(projected_objects(&call, found, &projections)?.pop())
         })())
     }
 
@@ -235,6 +257,7 @@ impl Host for StoreState {
         Ok((|| {
             let projections = self.call_projections(projections)?;
             let (resource, matching) = self.listed(resource_type, namespace, label_selector)?;
+            self.check_bodies(&resource)?;
             projected_objects(
                 &format!("list-projected of {resource}"),
                 matching,
@@ -281,7 +304,12 @@ impl Host for StoreState {
             let found = indexer
                 .by_index(&name, &value)
                 .map_err(|e| index_error(&resource, &e))?;
-            objects(&format!("by-index {index:?} of {resource}"), found)
+            let with_json = self.host.policy.reads_json(&resource);
+            objects(
+                &format!("by-index {index:?} of {resource}"),
+                found,
+                with_json,
+            )
         })())
     }
 
@@ -314,6 +342,7 @@ mod tests {
     use super::*;
     use crate::Grants;
     use crate::PluginLimits;
+    use crate::description::{Delivery, Description, Read};
     use crate::grants::Policy;
     use crate::host::{MAX_ANSWER, MAX_ARG};
     use crate::state::{HostContext, LogBudget, write_budget};
@@ -326,6 +355,21 @@ mod tests {
     /// A store whose plugin subscribes to ConfigMaps, holding one `size`-byte ConfigMap per
     /// name in `names` (namespace `ns`, label `app=web`).
     fn store(names: &[String], size: usize) -> StoreState {
+        store_read(names, size, Read::bodies(config_maps()))
+    }
+
+    /// The same, for a plugin whose one declared read is `read`.
+    fn store_read(names: &[String], size: usize, read: Read) -> StoreState {
+        let description = Description {
+            name: "probe".to_owned(),
+            version: "1".to_owned(),
+            subscriptions: Vec::new(),
+            delivery: Delivery::Events,
+            indexes: Vec::new(),
+            reads: vec![read],
+            writes: Vec::new(),
+        };
+        let policy = Policy::new(&Grants::default().allow_read(config_maps()), &description);
         let decoder = ObjectDecoder::new(Resource::new("", "v1", "ConfigMap", "configmaps", true));
         let (mut writer, indexer) = new_indexer();
         for name in names {
@@ -339,10 +383,7 @@ mod tests {
         }
         let host = HostContext {
             plugin: "probe".into(),
-            policy: Policy::new(
-                &Grants::default().allow_read(config_maps()),
-                [config_maps()].into(),
-            ),
+            policy,
             cache: Arc::new(IndexerMap(BTreeMap::from([(config_maps(), indexer)]))),
             writer: Arc::new(NoCluster),
             metrics: Arc::default(),
@@ -434,6 +475,69 @@ mod tests {
         assert_eq!(
             refusal(state.by_index(resource, "namespace".into(), long)),
             over("index value")
+        );
+    }
+
+    #[test]
+    fn projected_answers_are_bounded_as_they_are_built() {
+        let names: Vec<String> = (0..17).map(|i| format!("cm-{i:02}")).collect();
+        let mut state = store(&names, 1 << 20);
+        let resource = WitGvk::from(&config_maps());
+        let data = |count: usize| -> Vec<WitProjection> {
+            (0..count)
+                .map(|i| WitProjection {
+                    name: format!("data-{i}"),
+                    path: "data".to_owned(),
+                })
+                .collect()
+        };
+        // Sixteen copies of one 1 MiB map: one object, over the bound.
+        let message = refusal(state.get_projected(resource.clone(), "ns/cm-00".into(), data(16)));
+        assert!(
+            message.starts_with("get-projected of v1/ConfigMap ns/cm-00: the answer would be"),
+            "{message}"
+        );
+        let message = refusal(state.list_projected(resource.clone(), None, None, data(1)));
+        assert!(
+            message.starts_with("list-projected of v1/ConfigMap: the answer would be"),
+            "{message}"
+        );
+        let one = state
+            .get_projected(resource, "ns/cm-00".into(), data(1))
+            .unwrap()
+            .unwrap()
+            .expect("cached");
+        assert_eq!(one.projected[0].values.len(), 1);
+    }
+
+    #[test]
+    fn metadata_reads_carry_no_json_and_refuse_projections() {
+        // Seventeen 1 MiB objects: their JSON is over the bound, their metadata is not.
+        let names: Vec<String> = (0..17).map(|i| format!("cm-{i:02}")).collect();
+        let mut state = store_read(&names, 1 << 20, Read::metadata(config_maps()));
+        let resource = WitGvk::from(&config_maps());
+        let listed = state.list(resource.clone(), None, None).unwrap().unwrap();
+        assert_eq!(listed.len(), 17);
+        assert!(
+            listed
+                .iter()
+                .all(|o| o.json.is_none() && !o.meta.labels.is_empty())
+        );
+        let one = state
+            .get(resource.clone(), "ns/cm-00".into())
+            .unwrap()
+            .unwrap();
+        assert_eq!(one.expect("cached").json, None);
+        let projections = vec![WitProjection {
+            name: "data".to_owned(),
+            path: "data".to_owned(),
+        }];
+        let refused = state
+            .get_projected(resource, "ns/cm-00".into(), projections)
+            .unwrap();
+        assert!(
+            matches!(&refused, Err(Error::NotPermitted(m)) if m.contains("declare a read of it with wants-object-json")),
+            "{refused:?}"
         );
     }
 }

@@ -146,7 +146,7 @@ fn key_of(meta: &wit::ObjectMeta) -> String {
 }
 
 impl HostCalls {
-    /// Calls on behalf of plugin `plugin`, which declares it reads `reads`, allowed `grants`,
+    /// Calls on behalf of plugin `plugin`, which declares it reads `reads` whole, allowed `grants`,
     /// reading `cache` (no declared indexes: only `namespace`) and writing to `writer`.
     pub fn new(
         plugin: &str,
@@ -157,7 +157,7 @@ impl HostCalls {
     ) -> Self {
         let host = HostContext {
             plugin: plugin.into(),
-            policy: Policy::new(grants, reads.into_iter().collect()),
+            policy: Policy::reading_whole(grants, reads.into_iter().collect()),
             cache,
             writer,
             metrics: Arc::default(),

@@ -197,15 +197,22 @@ async fn bad_projections_fail_the_load_naming_what_is_wrong() -> Result<()> {
     Ok(())
 }
 
-/// Loads `field-reader` on Pods with `cache_reads` and waits for the event of `a`; returns
-/// what it recorded.
+/// Loads `field-reader` on Pods with `cache_reads`, declaring that it reads Pods' bodies,
+/// and waits for the event of `a`; returns what it recorded.
 async fn cache_read_observation(server: &MemoryServer, cache_reads: Value) -> Result<Value> {
+    let settings = json!({ "projections": [], "cache_reads": cache_reads, "read_bodies": true });
+    observe_a(server, settings).await
+}
+
+/// Loads `field-reader` on Pods with `settings` and waits for the event of `a`; returns what
+/// it recorded.
+async fn observe_a(server: &MemoryServer, settings: Value) -> Result<Value> {
     let (informer, mut receivers) = informer(server, pods(), 1);
     let recorder = Arc::new(Recorder::default());
     let runtime = runtime();
     let spec = spec(
         "field-reader",
-        &json!({ "projections": [], "cache_reads": cache_reads }).to_string(),
+        &settings.to_string(),
         BTreeMap::from([(gvk(&pods()), informer.indexer().clone())]),
         recorder.clone(),
         grants().allow_read(gvk(&pods())),
@@ -304,13 +311,41 @@ async fn bad_cache_read_projections_are_invalid_input() -> Result<()> {
     ];
     for (reads, expected) in cases {
         let observed = cache_read_observation(&server, reads).await?;
-        for call in ["cached", "listed"] {
-            let error = observed[call]["error"].as_str().unwrap_or_default();
-            ensure!(
-                error.contains(expected),
-                "{call}: {error:?} lacks {expected:?}"
-            );
-        }
+        expect_refusals(&observed, expected)?;
     }
+    Ok(())
+}
+
+fn expect_refusals(observed: &Value, expected: &str) -> Result<()> {
+    for call in ["cached", "listed"] {
+        let error = observed[call]["error"].as_str().unwrap_or_default();
+        ensure!(
+            error.contains(expected),
+            "{call}: {error:?} lacks {expected:?}"
+        );
+    }
+    Ok(())
+}
+
+/// A plugin that never said it reads Pods' bodies (no JSON, no projection, no `path` index on
+/// them, no read with `wants-object-json`) reads their metadata only: a projected read is
+/// refused, so that the host may keep such a type without bodies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn projected_cache_reads_need_a_declared_body_read() -> Result<()> {
+    let server = MemoryServer::new();
+    server
+        .create(&pods(), &pod("a", "node-1", &["nginx:1"]))
+        .unwrap();
+    let reads = json!([["node", "spec.nodeName"]]);
+    let settings = json!({ "projections": [], "cache_reads": reads, "read_bodies": false });
+    let observed = observe_a(&server, settings).await?;
+    expect_refusals(
+        &observed,
+        "not permitted: plugin field-reader reads v1/Pod without bodies",
+    )?;
+    // A subscription's own projections are enough.
+    let settings = json!({ "projections": [["node", "spec.nodeName"]], "cache_reads": reads });
+    let observed = observe_a(&server, settings).await?;
+    assert_eq!(observed["cached"]["node"], "node-1", "{observed}");
     Ok(())
 }

@@ -117,6 +117,13 @@ const PLACES: [Place; 12] = [
     place("secret-init-env", Secret, "initContainers[*].env[*].valueFrom.secretKeyRef", "name"),
 ];
 
+/// The kinds of source the plugin watches: ConfigMaps, and Secrets unless `secrets` is off.
+fn sources(secrets: bool) -> impl Iterator<Item = Source> {
+    [ConfigMap, Secret]
+        .into_iter()
+        .filter(move |source| secrets || *source != Secret)
+}
+
 /// A reference found at one place: the object's name (in `name`, or `secretName` for a
 /// Secret volume) and whether the pod starts without it.
 #[derive(Deserialize)]
@@ -399,6 +406,11 @@ impl Plugin for ConfigMapReload {
                 let path = format!("spec.template.spec.{}.{}", p.holder, p.field);
                 IndexDecl::path(p.index, deployments(), &path)
             })
+            .collect();
+        // Their content, through projections: the bodies, not only the metadata. (The
+        // Deployments' path indexes keep theirs.)
+        description.reads = sources(self.secrets)
+            .map(|source| Read::bodies(source.gvk()))
             .collect();
         description.writes = vec![WriteRequest {
             resource_type: deployments(),

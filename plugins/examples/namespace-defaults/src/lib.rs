@@ -96,16 +96,9 @@ fn is_object_name(name: &str) -> bool {
         })
 }
 
-#[derive(Deserialize, Default)]
-struct QuotaSpec {
-    #[serde(default)]
-    hard: BTreeMap<String, String>,
-}
-
-#[derive(Deserialize)]
-struct Quota {
-    #[serde(default)]
-    spec: QuotaSpec,
+/// What reconcile reads of a ResourceQuota: its limits, as a projection.
+fn hard_projection() -> Vec<Projection> {
+    vec![Projection::new("hard", "spec.hard")]
 }
 
 struct NamespaceDefaults {
@@ -168,15 +161,20 @@ impl NamespaceDefaults {
             return Ok(());
         }
         let key = format!("{namespace}/{}", self.quota_name);
-        let cached = cache::get(&quotas(), &key)
+        let cached = cache::get_projected(&quotas(), &key, &hard_projection())
             .map_err(|e| format!("reading ResourceQuota {key}: {}", e.explain()))?;
         let restoring = cached.is_none();
         if let Some(quota) = cached {
-            let current: Quota = quota.parse()?;
+            // Absent, or not a map of strings: not what the settings ask for either way.
+            let current: BTreeMap<String, String> = quota
+                .field("hard")
+                .first()
+                .and_then(|hard| hard.parse().ok())
+                .unwrap_or_default();
             if self
                 .hard
                 .iter()
-                .all(|(resource, limit)| current.spec.hard.get(resource) == Some(limit))
+                .all(|(resource, limit)| current.get(resource) == Some(limit))
             {
                 return Ok(());
             }
@@ -239,6 +237,10 @@ impl Plugin for NamespaceDefaults {
         }
         let mut description =
             Description::reconcile("namespace-defaults", "0.1.0", 2, subscriptions);
+        if !self.hard.is_empty() {
+            // Its limits, through a projection: the quota's body, not only its metadata.
+            description.reads = vec![Read::bodies(quotas())];
+        }
         description.writes = writes;
         description
     }

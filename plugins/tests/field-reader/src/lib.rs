@@ -1,11 +1,12 @@
 //! Test guest: subscribes to Pods with the projections its settings name and no object JSON,
 //! and records every event's projected values (new and old), each tagged with its WIT case,
 //! as one `Observation` created through `cluster`, so the test sees exactly what the guest
-//! got. Settings: `{"projections": [["name", "path"], ...], "cache_reads": [...]}`; the
-//! default projections read the node, each container's image, the restart policy and the
-//! conditions. With `cache_reads`, each event also reads its object through
-//! `cache.get-projected` and its namespace through `cache.list-projected` with those
-//! projections (unchecked: a test may pass hostile ones) and records the answers.
+//! got. Settings: `{"projections": [["name", "path"], ...], "cache_reads": [...],
+//! "read_bodies": true}`; the default projections read the node, each container's image, the
+//! restart policy and the conditions. With `cache_reads`, each event also reads its object
+//! through `cache.get-projected` and its namespace through `cache.list-projected` with those
+//! projections (unchecked: a test may pass hostile ones) and records the answers; with
+//! `read_bodies` it declares that it reads Pods' bodies.
 
 use kubeplug_sdk::Projected;
 use kubeplug_sdk::prelude::*;
@@ -14,6 +15,7 @@ use serde_json::{Map, Value, json};
 struct FieldReader {
     projections: Vec<(String, String)>,
     cache_reads: Option<Vec<Projection>>,
+    read_bodies: bool,
 }
 
 fn pods() -> Gvk {
@@ -49,6 +51,8 @@ impl Plugin for FieldReader {
         struct Config {
             projections: Option<Vec<(String, String)>>,
             cache_reads: Option<Vec<(String, String)>>,
+            #[serde(default)]
+            read_bodies: bool,
         }
         let config: Config = settings.parse()?;
         let projections = config.projections.unwrap_or_else(|| {
@@ -70,6 +74,7 @@ impl Plugin for FieldReader {
         Ok(Self {
             projections,
             cache_reads,
+            read_bodies: config.read_bodies,
         })
     }
 
@@ -81,6 +86,9 @@ impl Plugin for FieldReader {
                 s.project(name, path)
             });
         let mut d = Description::events("field-reader", "0.1.0", vec![subscription]);
+        if self.read_bodies {
+            d.reads.push(Read::bodies(pods()));
+        }
         d.writes.push(WriteRequest {
             resource_type: gvk("test.kubeplug.io", "v1", "Observation"),
             verbs: vec![WriteVerb::Create],

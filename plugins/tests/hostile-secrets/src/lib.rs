@@ -16,7 +16,7 @@ impl Plugin for Secrets {
             "0.1.0",
             vec![Subscription::to(gvk("", "v1", "Pod"))],
         );
-        d.reads.push(gvk("", "v1", "Secret"));
+        d.reads.push(Read::bodies(gvk("", "v1", "Secret")));
         d
     }
 

@@ -161,7 +161,7 @@ impl Plugin for Probe {
             1,
             vec![Subscription::to(config_maps.clone())],
         );
-        d.reads.push(secrets.clone());
+        d.reads.push(Read::bodies(secrets.clone()));
         for (name, resource) in [("cm-by-app", config_maps), ("secret-by-app", secrets)] {
             d.indexes.push(IndexDecl {
                 name: name.into(),
