@@ -121,9 +121,30 @@ impl<'a> ObjectScanner<'a> {
     /// Moves past a nested object that `child` walked to its end; returns the object's range.
     pub fn leave_object(&mut self, child: ObjectScanner<'a>) -> Range<usize> {
         debug_assert!(child.done, "leave_object before the nested object ended");
+        self.leave(&child, b'}')
+    }
+
+    /// A scanner over the array value under the cursor; hand it back with
+    /// [`leave_array`](Self::leave_array) once it returned its last element.
+    pub fn enter_array(&mut self) -> Result<ArrayScanner<'a>, ScanError> {
+        ArrayScanner::at(self.text, self.pos, true)
+    }
+
+    /// Moves past a nested array that `child` walked to its end; returns the array's range.
+    pub fn leave_array(&mut self, child: ArrayScanner<'a>) -> Range<usize> {
+        debug_assert!(
+            child.inner.done,
+            "leave_array before the nested array ended"
+        );
+        self.leave(&child.inner, b']')
+    }
+
+    /// Moves the cursor to where the finished nested `child` stopped; returns the range from
+    /// its opening bracket to its closing one, `close`.
+    fn leave(&mut self, child: &ObjectScanner<'a>, close: u8) -> Range<usize> {
         self.pos = child.pos;
         let mut end = child.pos;
-        while self.text.as_bytes()[end - 1] != b'}' {
+        while self.text.as_bytes()[end - 1] != close {
             end -= 1;
         }
         child.start..end
@@ -267,19 +288,25 @@ pub fn push_json_string(out: &mut String, s: &str) {
 
 /// Iterates over the elements of one JSON array, giving each one's byte range.
 pub struct ArrayScanner<'a> {
+    /// The cursor and bookkeeping; [`path`] walks elements in place through its ways past
+    /// a value (`skip_value`, `enter_object`, `enter_array`), never `next_key`.
     inner: ObjectScanner<'a>,
 }
 
 impl<'a> ArrayScanner<'a> {
     /// Starts scanning `text`, which must hold one JSON array (surrounding white space allowed).
     pub fn new(text: &'a str) -> Result<Self, ScanError> {
+        Self::at(text, 0, false)
+    }
+
+    fn at(text: &'a str, pos: usize, nested: bool) -> Result<Self, ScanError> {
         let mut inner = ObjectScanner {
             text,
-            pos: 0,
-            start: 0,
+            pos,
+            start: pos,
             first: true,
             done: false,
-            nested: false,
+            nested,
         };
         inner.skip_ws();
         inner.start = inner.pos;
@@ -289,26 +316,37 @@ impl<'a> ArrayScanner<'a> {
 
     /// The byte range of the next element; `None` after the last.
     pub fn next_element(&mut self) -> Result<Option<Range<usize>>, ScanError> {
+        if self.next_is_element()? {
+            self.inner.skip_value().map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Moves the cursor onto the next element, or past the closing bracket after the last
+    /// (then `false`). The caller moves past the element (skipping or entering it through
+    /// `inner`) before asking for the next.
+    fn next_is_element(&mut self) -> Result<bool, ScanError> {
         let scanner = &mut self.inner;
         if scanner.done {
-            return Ok(None);
+            return Ok(false);
         }
         scanner.skip_ws();
         if scanner.peek() == Some(b']') {
             scanner.pos += 1;
             scanner.done = true;
             scanner.skip_ws();
-            if scanner.pos != scanner.text.len() {
+            if !scanner.nested && scanner.pos != scanner.text.len() {
                 return Err(scanner.error("trailing bytes after the array"));
             }
-            return Ok(None);
+            return Ok(false);
         }
         if !scanner.first {
             scanner.expect(b',', "expected ',' or ']'")?;
             scanner.skip_ws();
         }
         scanner.first = false;
-        scanner.skip_value().map(Some)
+        Ok(true)
     }
 }
 
@@ -574,6 +612,43 @@ mod tests {
         let (key, range) = top.next_member().unwrap().unwrap();
         assert_eq!((&*key, &text[range]), ("b", r#""c""#));
         assert!(top.next_member().unwrap().is_none());
+    }
+
+    #[test]
+    fn nested_arrays_and_their_elements_are_walked_in_place() {
+        let text = r#"{"l": [ {"k":1}, [2, [3]], "s" ] ,"b":[]}"#;
+        let mut top = ObjectScanner::new(text).unwrap();
+        assert_eq!(top.next_key().unwrap().unwrap(), "l");
+        let mut list = top.enter_array().unwrap();
+        assert!(list.next_is_element().unwrap());
+        let mut object = list.inner.enter_object().unwrap();
+        assert_eq!(object.next_member().unwrap().unwrap().0, "k");
+        assert!(object.next_member().unwrap().is_none());
+        assert_eq!(&text[list.inner.leave_object(object)], r#"{"k":1}"#);
+        assert!(list.next_is_element().unwrap());
+        let mut inner = list.inner.enter_array().unwrap();
+        assert_eq!(&text[inner.next_element().unwrap().unwrap()], "2");
+        assert_eq!(&text[inner.next_element().unwrap().unwrap()], "[3]");
+        assert!(inner.next_element().unwrap().is_none());
+        assert_eq!(&text[list.inner.leave_array(inner)], "[2, [3]]");
+        assert!(list.next_is_element().unwrap());
+        assert_eq!(&text[list.inner.skip_value().unwrap()], r#""s""#);
+        assert!(!list.next_is_element().unwrap());
+        assert_eq!(
+            &text[top.leave_array(list)],
+            r#"[ {"k":1}, [2, [3]], "s" ]"#
+        );
+        let (key, range) = top.next_member().unwrap().unwrap();
+        assert_eq!((&*key, &text[range]), ("b", "[]"));
+        assert!(top.next_member().unwrap().is_none());
+        // A nested array does not look past its end; its parent does.
+        let mut top = ObjectScanner::new(r#"{"l":[1] x}"#).unwrap();
+        top.next_key().unwrap();
+        let mut list = top.enter_array().unwrap();
+        assert!(list.next_element().unwrap().is_some());
+        assert!(list.next_element().unwrap().is_none());
+        top.leave_array(list);
+        assert!(top.next_key().is_err());
     }
 
     #[test]

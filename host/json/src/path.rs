@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use crate::{ArrayScanner, ObjectScanner, ScanError};
+use crate::{ObjectScanner, ScanError};
 
 /// A parsed field path.
 ///
@@ -15,11 +15,21 @@ use crate::{ArrayScanner, ObjectScanner, ScanError};
 /// one), or each element of each array (`[*]`). A value of the wrong type for a step (an
 /// array where a field is asked for, a string where `[*]` is) and a missing field select
 /// nothing; they are not errors.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct FieldPath {
     text: String,
     steps: Box<[Step]>,
+    /// The path as a one-path [`Trie`], which is what is walked.
+    trie: Trie,
 }
+
+impl PartialEq for FieldPath {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for FieldPath {}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Step {
@@ -71,9 +81,11 @@ impl FieldPath {
             steps.push(Step::Field(field.into()));
             steps.extend(std::iter::repeat_n(Step::Each, each));
         }
+        let trie = Trie::new([steps.as_slice()]);
         Ok(Self {
             text: text.to_owned(),
             steps: steps.into(),
+            trie,
         })
     }
 
@@ -93,7 +105,7 @@ impl FieldPath {
         json: &'a str,
         mut found: impl FnMut(&'a str),
     ) -> Result<(), ScanError> {
-        walk_value(json, &self.steps, &mut found)
+        self.trie.walk(json, &mut |_, raw| found(raw))
     }
 
     /// Calls `found` with each value the path selects in `json`, typed; an error as for
@@ -189,65 +201,188 @@ fn cut(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
+/// Several field paths evaluated together: one walk of the JSON selects the values of all
+/// of them, so that the twelve `path` indexes of an informer, or a plugin's projections, cost
+/// about one scan of the object, not one each.
+///
+/// Contract: per path, the values and their order are those of [`FieldPath::for_each_raw`];
+/// a path may appear more than once (each copy gets the values).
+#[derive(Clone, Debug)]
+pub struct PathSet {
+    paths: Box<[FieldPath]>,
+    trie: Trie,
+}
+
+impl Default for PathSet {
+    fn default() -> Self {
+        Self::new([])
+    }
+}
+
+impl PathSet {
+    /// The set of `paths`, numbered in the order given.
+    pub fn new(paths: impl IntoIterator<Item = FieldPath>) -> Self {
+        let paths: Box<[FieldPath]> = paths.into_iter().collect();
+        let trie = Trie::new(paths.iter().map(|path| &*path.steps));
+        Self { paths, trie }
+    }
+
+    /// The paths, in the order [`new`](Self::new) was given them.
+    pub fn paths(&self) -> &[FieldPath] {
+        &self.paths
+    }
+
+    /// Calls `found` with the number of a path and the raw text of a value it selects in
+    /// `json`, for every path in one walk. A path's values come in document order; the
+    /// values of different paths interleave.
+    ///
+    /// An error means `json` is malformed where the walk went, on the way of any of the
+    /// paths; `found` may have been called before. [`select`](Self::select) keeps each
+    /// path's outcome apart.
+    pub fn for_each_raw<'a>(
+        &self,
+        json: &'a str,
+        mut found: impl FnMut(usize, &'a str),
+    ) -> Result<(), ScanError> {
+        self.trie.walk(json, &mut found)
+    }
+
+    /// Each path's raw values in `json`, or the error that stopped its walk, as if each
+    /// path were evaluated alone: one walk when `json` is well-formed where it goes, and
+    /// one per path only when it is not.
+    pub fn select<'a>(&self, json: &'a str) -> Vec<Result<Vec<&'a str>, ScanError>> {
+        let mut selected = vec![Vec::new(); self.paths.len()];
+        match self.for_each_raw(json, |path, raw| selected[path].push(raw)) {
+            Ok(()) => selected.into_iter().map(Ok).collect(),
+            Err(_) => self
+                .paths
+                .iter()
+                .map(|path| {
+                    let mut values = Vec::new();
+                    path.for_each_raw(json, |raw| values.push(raw))
+                        .map(|()| values)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Field paths merged on their common prefixes. Node 0 is the root, a value that is not
+/// selected itself (a path has at least one step).
+#[derive(Clone, Debug)]
+struct Trie {
+    nodes: Box<[Node]>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Node {
+    /// Field steps from here: the field name and its node. Few per node, so a linear search.
+    fields: Vec<(Box<str>, usize)>,
+    /// The node of an `[*]` step from here.
+    each: Option<usize>,
+    /// The numbers of the paths that end here: they select the value at this node.
+    ends: Vec<usize>,
+}
+
+impl Trie {
+    fn new<'s>(paths: impl IntoIterator<Item = &'s [Step]>) -> Self {
+        let mut nodes = vec![Node::default()];
+        for (number, steps) in paths.into_iter().enumerate() {
+            let mut at = 0;
+            for step in steps {
+                let next = match step {
+                    Step::Field(name) => nodes[at]
+                        .fields
+                        .iter()
+                        .find(|(field, _)| field == name)
+                        .map(|&(_, node)| node),
+                    Step::Each => nodes[at].each,
+                };
+                at = next.unwrap_or_else(|| {
+                    let node = nodes.len();
+                    nodes.push(Node::default());
+                    match step {
+                        Step::Field(name) => nodes[at].fields.push((name.clone(), node)),
+                        Step::Each => nodes[at].each = Some(node),
+                    }
+                    node
+                });
+            }
+            nodes[at].ends.push(number);
+        }
+        Self {
+            nodes: nodes.into(),
+        }
+    }
+
+    /// Walks the one JSON value `text`: a root that is not an object selects nothing.
+    fn walk<'a>(
+        &self,
+        text: &'a str,
+        found: &mut impl FnMut(usize, &'a str),
+    ) -> Result<(), ScanError> {
+        let root = &self.nodes[0];
+        if root.fields.is_empty() || first_byte(text) != Some(b'{') {
+            return Ok(());
+        }
+        self.walk_members(&mut ObjectScanner::new(text)?, root, found)
+    }
+
+    /// Walks every member of the object under `scanner` (to its end, so that a parent can
+    /// leave it), each member at its field's node under `node`.
+    fn walk_members<'a>(
+        &self,
+        scanner: &mut ObjectScanner<'a>,
+        node: &Node,
+        found: &mut impl FnMut(usize, &'a str),
+    ) -> Result<(), ScanError> {
+        while let Some(key) = scanner.next_key()? {
+            match node.fields.iter().find(|(field, _)| **field == *key) {
+                Some(&(_, child)) => self.walk_value(scanner, child, found)?,
+                None => {
+                    scanner.skip_value()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Walks the value under the cursor (an object member's, after its key, or an array
+    /// element's) at node `at` and moves past it: into an object or array in place when
+    /// steps go on from here, else skipping it; then hands it to the paths that end here.
+    fn walk_value<'a>(
+        &self,
+        cursor: &mut ObjectScanner<'a>,
+        at: usize,
+        found: &mut impl FnMut(usize, &'a str),
+    ) -> Result<(), ScanError> {
+        let node = &self.nodes[at];
+        let text = cursor.text;
+        let range = match (cursor.peek(), node.each) {
+            (Some(b'{'), _) if !node.fields.is_empty() => {
+                let mut child = cursor.enter_object()?;
+                self.walk_members(&mut child, node, found)?;
+                cursor.leave_object(child)
+            }
+            (Some(b'['), Some(each)) => {
+                let mut elements = cursor.enter_array()?;
+                while elements.next_is_element()? {
+                    self.walk_value(&mut elements.inner, each, found)?;
+                }
+                cursor.leave_array(elements)
+            }
+            _ => cursor.skip_value()?,
+        };
+        for &path in &node.ends {
+            found(path, &text[range.clone()]);
+        }
+        Ok(())
+    }
+}
+
 fn first_byte(text: &str) -> Option<u8> {
     text.bytes()
         .find(|byte| !matches!(byte, b' ' | b'\n' | b'\r' | b'\t'))
-}
-
-/// Applies `steps` to the one JSON value `text`.
-fn walk_value<'a>(
-    text: &'a str,
-    steps: &[Step],
-    found: &mut impl FnMut(&'a str),
-) -> Result<(), ScanError> {
-    let Some(step) = steps.first() else {
-        found(text.trim_matches([' ', '\n', '\r', '\t']));
-        return Ok(());
-    };
-    match (step, first_byte(text)) {
-        (Step::Field(_), Some(b'{')) => {
-            walk_object(&mut ObjectScanner::new(text)?, text, steps, found)
-        }
-        (Step::Each, Some(b'[')) => {
-            let mut elements = ArrayScanner::new(text)?;
-            while let Some(range) = elements.next_element()? {
-                walk_value(&text[range], &steps[1..], found)?;
-            }
-            Ok(())
-        }
-        _ => Ok(()),
-    }
-}
-
-/// Walks every member of the object under `scanner` (to its end, so that a parent can leave
-/// it), applying `steps`, whose first is a field step, to the members it names.
-fn walk_object<'a>(
-    scanner: &mut ObjectScanner<'a>,
-    text: &'a str,
-    steps: &[Step],
-    found: &mut impl FnMut(&'a str),
-) -> Result<(), ScanError> {
-    let Some((Step::Field(name), rest)) = steps.split_first() else {
-        unreachable!("walk_object is called for field steps only");
-    };
-    while let Some(key) = scanner.next_key()? {
-        if key != **name {
-            scanner.skip_value()?;
-            continue;
-        }
-        let into_object = matches!(rest.first(), Some(Step::Field(_)))
-            && text.as_bytes().get(scanner.position()) == Some(&b'{');
-        if into_object {
-            // Walk the member's object in place, not skip it and scan it again.
-            let mut child = scanner.enter_object()?;
-            walk_object(&mut child, text, rest, found)?;
-            scanner.leave_object(child);
-        } else {
-            let range = scanner.skip_value()?;
-            walk_value(&text[range], rest, found)?;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -360,6 +495,50 @@ mod tests {
         assert!(message.len() < 140, "{message}");
     }
 
+    fn set(paths: &[&str]) -> PathSet {
+        PathSet::new(paths.iter().map(|p| FieldPath::parse(p).unwrap()))
+    }
+
+    #[test]
+    fn a_set_selects_each_path_as_alone_in_one_walk() {
+        let json = r#"{"spec":{"a":{"b":1,"c":[{"d":"x"},{"d":"y","e":[true]}]},"f":2},"g":null}"#;
+        let paths = [
+            "spec.a.c[*].d",
+            "spec.a",
+            "spec.a.c[*].e[*]",
+            "spec.f",
+            "spec.a.c[*].d",
+            "g",
+            "h",
+        ];
+        let set = set(&paths);
+        let mut got = vec![Vec::new(); paths.len()];
+        set.for_each_raw(json, |path, raw| got[path].push(raw))
+            .unwrap();
+        for (path, values) in paths.iter().zip(&got) {
+            assert_eq!(values, &raw(path, json), "{path}");
+        }
+        assert_eq!(got[0], [r#""x""#, r#""y""#]);
+        assert_eq!(got[4], got[0]);
+        assert!(got[6].is_empty());
+        assert_eq!(set.paths()[3].as_str(), "spec.f");
+    }
+
+    #[test]
+    fn select_keeps_a_malformed_path_from_spoiling_the_others() {
+        let set = set(&["a[*]", "b", "c.d"]);
+        let selected = set.select(r#"{"a":[1,tru],"b":"ok","c":{"d":[1 2]}}"#);
+        assert!(
+            selected[0].is_ok(),
+            "literals are checked when classified, not walked"
+        );
+        assert_eq!(selected[1].as_deref().unwrap(), [r#""ok""#]);
+        let selected = set.select(r#"{"a":[1,,2],"b":"ok","c":{"d":3}}"#);
+        assert!(selected[0].is_err());
+        assert_eq!(selected[1].as_deref().unwrap(), [r#""ok""#]);
+        assert_eq!(selected[2].as_deref().unwrap(), ["3"]);
+    }
+
     /// The reference: the same contract over a `serde_json::Value` tree.
     fn reference<'v>(root: &'v Value, steps: &[Step]) -> Vec<&'v Value> {
         let mut current = vec![root];
@@ -412,6 +591,23 @@ mod tests {
             path.for_each_raw(&text, |raw| got.push(serde_json::from_str::<Value>(raw).unwrap())).unwrap();
             let want: Vec<Value> = reference(&root, &path.steps).into_iter().cloned().collect();
             prop_assert_eq!(got, want);
+        }
+
+        #[test]
+        fn sets_agree_with_a_tree_walk(
+            value in json_value(),
+            paths in prop::collection::vec(path_text(), 1..6),
+            pretty in any::<bool>(),
+        ) {
+            let root = Value::Object([("a".to_owned(), value.clone()), ("b".to_owned(), value)].into_iter().collect());
+            let text = if pretty { serde_json::to_string_pretty(&root) } else { serde_json::to_string(&root) }.unwrap();
+            let set = PathSet::new(paths.iter().map(|p| FieldPath::parse(p).unwrap()));
+            let mut got = vec![Vec::new(); paths.len()];
+            set.for_each_raw(&text, |path, raw| got[path].push(serde_json::from_str::<Value>(raw).unwrap())).unwrap();
+            for (path, values) in set.paths().iter().zip(got) {
+                let want: Vec<Value> = reference(&root, &path.steps).into_iter().cloned().collect();
+                prop_assert_eq!(values, want, "{}", path);
+            }
         }
     }
 }
