@@ -89,7 +89,8 @@ impl SandboxLimits {
     /// - 32 subscriptions, indexes and core instances: far above what a plugin needs (the
     ///   examples use at most 3, and a component a handful of core instances).
     /// - 16 projections per subscription: a handler that reads more fields than that is
-    ///   better served by the object's JSON; each is evaluated on every event.
+    ///   better served by the object's JSON; each is evaluated for every object the
+    ///   subscription's informer stores, for all the plugins on it.
     /// - 10,000 table elements: a guest's function tables hold its indirect call targets
     ///   (a few thousand for a Python interpreter); growth past that is an attack.
     /// - 4,096 WASI resources instead of wasmtime's 1,000,000: a plugin holds a handful at

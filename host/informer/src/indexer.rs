@@ -11,7 +11,12 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
+use kubeplug_json::path::FieldPath;
+
 use crate::object::{Object, ObjectKey};
+use crate::selected::SelectedPaths;
+
+mod path;
 
 /// Name of the index built into every Indexer: objects by namespace.
 pub const NAMESPACE_INDEX: &str = "namespace";
@@ -34,6 +39,13 @@ pub enum IndexSpec {
     Label(String),
     /// By the uid of each owner reference.
     OwnerUid,
+    /// By the values a field path selects in the object's JSON: each string, number (its
+    /// text as sent) and bool; objects, arrays, nulls and missing fields add nothing, and
+    /// an object whose JSON is malformed along the path is filed under no value. All of an
+    /// Indexer's path indexes are evaluated in one walk of each object, and an update
+    /// compares the new values with those kept for the key instead of walking the old
+    /// object again.
+    Path(FieldPath),
     /// By a function of the caller's; `name` identifies it for sharing.
     Custom {
         /// Unique name of the function.
@@ -50,12 +62,14 @@ impl fmt::Debug for IndexSpec {
 }
 
 impl IndexSpec {
-    /// The index's name: `namespace`, `label:<key>`, `owner-uid`, or the custom name.
+    /// The index's name: `namespace`, `label:<key>`, `owner-uid`, `path:<path>`, or the
+    /// custom name.
     pub fn name(&self) -> String {
         match self {
             Self::Namespace => NAMESPACE_INDEX.to_owned(),
             Self::Label(key) => format!("label:{key}"),
             Self::OwnerUid => "owner-uid".to_owned(),
+            Self::Path(path) => format!("path:{path}"),
             Self::Custom { name, .. } => name.clone(),
         }
     }
@@ -69,6 +83,7 @@ impl IndexSpec {
                 .iter()
                 .map(|o| o.uid.to_string())
                 .collect(),
+            Self::Path(path) => path::values_of(path, object).into_vec(),
             Self::Custom { func, .. } => func(object),
         }
     }
@@ -112,6 +127,9 @@ struct Index {
     /// is under value `v` if and only if the stored object for that key yields `v`; no set
     /// is empty. A failed index is empty.
     values: HashMap<String, HashSet<ObjectKey>>,
+    /// For a `path` index, the values each key is filed under (keys filed under none are
+    /// absent): what an update or a delete compares with instead of walking the old object.
+    by_key: HashMap<ObjectKey, Box<[String]>>,
     /// Set when the index function panicked: what every read of the index answers.
     failed: Option<IndexerError>,
 }
@@ -122,8 +140,48 @@ impl Index {
             spec,
             refs,
             values: HashMap::new(),
+            by_key: HashMap::new(),
             failed: None,
         }
+    }
+
+    fn is_path(&self) -> bool {
+        matches!(self.spec, IndexSpec::Path(_))
+    }
+
+    /// Files `key` under `values` instead of what it was filed under.
+    fn set(&mut self, key: &ObjectKey, values: Box<[String]>) {
+        let old = self.by_key.get(key).map(|old| &**old).unwrap_or_default();
+        if *old == *values {
+            return;
+        }
+        let old = self.by_key.remove(key).unwrap_or_default();
+        self.unfile(key, &old);
+        for value in &values {
+            self.values
+                .entry(value.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        if !values.is_empty() {
+            self.by_key.insert(key.clone(), values);
+        }
+    }
+
+    fn unfile(&mut self, key: &ObjectKey, values: &[String]) {
+        for value in values {
+            if let Some(keys) = self.values.get_mut(value) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.values.remove(value);
+                }
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.values.clear();
+        self.by_key.clear();
     }
 
     /// The values `object` is filed under; `None` once the index has failed (now, if its
@@ -149,39 +207,71 @@ impl Index {
     }
 
     fn insert(&mut self, key: &ObjectKey, object: &Object) {
-        for value in self.values_of(key, object).unwrap_or_default() {
+        let values = self.values_of(key, object).unwrap_or_default();
+        if self.is_path() {
+            self.set(key, values.into());
+            return;
+        }
+        for value in values {
             self.values.entry(value).or_default().insert(key.clone());
         }
     }
 
     fn remove(&mut self, key: &ObjectKey, object: &Object) {
-        for value in self.values_of(key, object).unwrap_or_default() {
-            if let Some(keys) = self.values.get_mut(&value) {
-                keys.remove(key);
-                if keys.is_empty() {
-                    self.values.remove(&value);
-                }
-            }
+        if self.is_path() {
+            self.set(key, Box::default());
+            return;
         }
+        let values = self.values_of(key, object).unwrap_or_default();
+        self.unfile(key, &values);
     }
 }
 
-#[derive(Default)]
 struct State {
     items: HashMap<ObjectKey, Arc<Object>>,
     indexes: HashMap<String, Index>,
+    /// Registered projection paths by their text, with how many handles keep each.
+    projections: HashMap<String, (FieldPath, usize)>,
+    /// The paths of the `path` indexes among `indexes` and the `projections`, walked
+    /// together in each object stored; rebuilt when one comes or goes.
+    paths: Arc<SelectedPaths>,
 }
 
 impl State {
     fn put(&mut self, object: Arc<Object>) {
         let key = object.key().clone();
         let old = self.items.insert(key.clone(), object.clone());
-        for index in self.indexes.values_mut() {
+        for index in self.indexes.values_mut().filter(|index| !index.is_path()) {
             if let Some(old) = &old {
                 index.remove(&key, old);
             }
             index.insert(&key, &object);
         }
+        if self.paths.is_empty() {
+            return;
+        }
+        let selected = self.paths.select(object.json());
+        object
+            .selected_cell()
+            .keep(&self.paths, object.json(), &selected);
+        for (name, values) in self.paths.index_names().iter().zip(selected) {
+            if let Some(index) = self.indexes.get_mut(name) {
+                index.set(&key, path::index_values(values));
+            }
+        }
+    }
+
+    /// Rebuilds [`paths`](Self::paths) after a `path` index or a projection came or went.
+    fn collect_paths(&mut self) {
+        let indexes = self
+            .indexes
+            .iter()
+            .filter_map(|(name, index)| match &index.spec {
+                IndexSpec::Path(path) => Some((name.as_str(), path)),
+                _ => None,
+            });
+        let projections = self.projections.values().map(|(path, _)| path);
+        self.paths = Arc::new(SelectedPaths::new(indexes, projections));
     }
 }
 
@@ -239,7 +329,38 @@ impl Drop for IndexHandle {
         if let Some(index) = state.indexes.get_mut(&self.name) {
             index.refs -= 1;
             if index.refs == 0 {
-                state.indexes.remove(&self.name);
+                let removed = state.indexes.remove(&self.name);
+                if removed.is_some_and(|index| index.is_path()) {
+                    state.collect_paths();
+                }
+            }
+        }
+    }
+}
+
+/// Keeps a projection path registered; dropping the last handle for a path unregisters it.
+pub struct ProjectionHandle {
+    state: Weak<RwLock<State>>,
+    path: String,
+}
+
+impl fmt::Debug for ProjectionHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ProjectionHandle").field(&self.path).finish()
+    }
+}
+
+impl Drop for ProjectionHandle {
+    fn drop(&mut self) {
+        let Some(state) = self.state.upgrade() else {
+            return;
+        };
+        let mut state = write(&state);
+        if let Some((_, refs)) = state.projections.get_mut(&self.path) {
+            *refs -= 1;
+            if *refs == 0 {
+                state.projections.remove(&self.path);
+                state.collect_paths();
             }
         }
     }
@@ -262,7 +383,12 @@ fn write(state: &RwLock<State>) -> RwLockWriteGuard<'_, State> {
 
 /// Creates an empty cache with the namespace index: the writer and a first read handle.
 pub fn new_indexer() -> (IndexerWriter, Indexer) {
-    let mut state = State::default();
+    let mut state = State {
+        items: HashMap::new(),
+        indexes: HashMap::new(),
+        projections: HashMap::new(),
+        paths: Arc::default(),
+    };
     state.indexes.insert(
         NAMESPACE_INDEX.to_owned(),
         Index::new(IndexSpec::Namespace, 1),
@@ -304,7 +430,7 @@ impl IndexerWriter {
         let mut state = write(&self.state);
         state.items.clear();
         for index in state.indexes.values_mut() {
-            index.values.clear();
+            index.clear();
         }
         for object in objects {
             state.put(object);
@@ -412,7 +538,8 @@ impl Indexer {
     pub fn add_index(&self, spec: IndexSpec) -> IndexHandle {
         let name = spec.name();
         let mut state = write(&self.state);
-        let State { items, indexes } = &mut *state;
+        let State { items, indexes, .. } = &mut *state;
+        let mut added_path = false;
         indexes
             .entry(name.clone())
             .and_modify(|index| index.refs += 1)
@@ -421,11 +548,35 @@ impl Indexer {
                 for (key, object) in items.iter() {
                     index.insert(key, object);
                 }
+                added_path = index.is_path();
                 index
             });
+        if added_path {
+            state.collect_paths();
+        }
         IndexHandle {
             state: Arc::downgrade(&self.state),
             name,
+        }
+    }
+
+    /// Registers a projection path (or takes another reference on it): from now on, the
+    /// values it selects in each object stored are kept with the object
+    /// ([`Object::selected`]), in the same walk as the `path` indexes'. Objects stored
+    /// before keep none for it. The registration lives while a handle does.
+    pub fn add_projection(&self, path: &FieldPath) -> ProjectionHandle {
+        let mut state = write(&self.state);
+        let (_, refs) = state
+            .projections
+            .entry(path.as_str().to_owned())
+            .or_insert_with(|| (path.clone(), 0));
+        *refs += 1;
+        if *refs == 1 {
+            state.collect_paths();
+        }
+        ProjectionHandle {
+            state: Arc::downgrade(&self.state),
+            path: path.as_str().to_owned(),
         }
     }
 }
@@ -556,6 +707,182 @@ mod tests {
             2
         );
         assert!(reader.by_index("nope", "x").is_err());
+    }
+
+    fn with_spec(ns: &str, name: &str, rv: u64, spec: &str) -> Arc<Object> {
+        let json = format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"{ns}","resourceVersion":"{rv}"}},"spec":{spec}}}"#
+        );
+        let decoder = ObjectDecoder::new(Resource::new("", "v1", "Pod", "pods", true));
+        Arc::new(decoder.decode(json.as_bytes()).unwrap())
+    }
+
+    fn path_index(reader: &Indexer, path: &str) -> IndexHandle {
+        reader.add_index(IndexSpec::Path(FieldPath::parse(path).unwrap()))
+    }
+
+    fn values(reader: &Indexer, index: &IndexHandle) -> Vec<String> {
+        let mut values = reader.index_values(index.name()).unwrap();
+        values.sort();
+        values
+    }
+
+    #[test]
+    fn path_indexes_file_strings_numbers_and_bools_and_follow_changes() {
+        let (mut writer, reader) = new_indexer();
+        let volumes = path_index(&reader, "spec.volumes[*].configMap.name");
+        let scalars = path_index(&reader, "spec.m[*][*]");
+        assert_eq!(volumes.name(), "path:spec.volumes[*].configMap.name");
+        writer.put(with_spec(
+            "a",
+            "p",
+            1,
+            r#"{"volumes":[{"configMap":{"name":"b"}},{"secret":{}},{"configMap":{"name":"a"}},{"configMap":{"name":"a"}}],
+                "m":[[1,true],["x",null,{}],[2.50,"a\"b"]]}"#,
+        ));
+        assert_eq!(values(&reader, &volumes), ["a", "b"]);
+        assert_eq!(
+            values(&reader, &scalars),
+            ["1", "2.50", "a\"b", "true", "x"]
+        );
+        // An update moves the key; one with the same values leaves the index alone.
+        writer.put(with_spec(
+            "a",
+            "p",
+            2,
+            r#"{"volumes":[{"configMap":{"name":"c"}}]}"#,
+        ));
+        assert_eq!(values(&reader, &volumes), ["c"]);
+        assert!(values(&reader, &scalars).is_empty());
+        writer.put(with_spec(
+            "a",
+            "q",
+            3,
+            r#"{"volumes":[{"configMap":{"name":"c"}}]}"#,
+        ));
+        writer.put(with_spec(
+            "a",
+            "q",
+            4,
+            r#"{"volumes":[{"configMap":{"name":"c"}}]}"#,
+        ));
+        assert_eq!(
+            sorted(reader.index_keys(volumes.name(), "c").unwrap()),
+            ["a/p", "a/q"]
+        );
+        writer.delete("a/p");
+        assert_eq!(
+            sorted(reader.index_keys(volumes.name(), "c").unwrap()),
+            ["a/q"]
+        );
+        writer.replace([with_spec(
+            "a",
+            "r",
+            5,
+            r#"{"volumes":[{"configMap":{"name":"d"}}]}"#,
+        )]);
+        assert_eq!(values(&reader, &volumes), ["d"]);
+        assert_eq!(
+            sorted(reader.index_keys(volumes.name(), "d").unwrap()),
+            ["a/r"]
+        );
+    }
+
+    #[test]
+    fn malformed_json_on_a_path_files_nothing_for_that_path_only() {
+        let (mut writer, reader) = new_indexer();
+        let broken = path_index(&reader, "spec.m[*]");
+        let fine = path_index(&reader, "spec.n");
+        writer.put(with_spec("a", "p", 1, r#"{"m":["a",tru],"n":"ok"}"#));
+        writer.put(with_spec("a", "q", 1, r#"{"m":["a",,"b"],"n":"ok"}"#));
+        assert!(values(&reader, &broken).is_empty());
+        assert_eq!(
+            sorted(reader.index_keys(fine.name(), "ok").unwrap()),
+            ["a/p", "a/q"]
+        );
+    }
+
+    #[test]
+    fn path_indexes_added_late_or_dropped_keep_the_others_right() {
+        let (mut writer, reader) = new_indexer();
+        writer.put(with_spec("a", "p", 1, r#"{"x":"1","y":"2"}"#));
+        let x = path_index(&reader, "spec.x");
+        let y = path_index(&reader, "spec.y");
+        assert_eq!(values(&reader, &x), ["1"]);
+        assert_eq!(values(&reader, &y), ["2"]);
+        drop(x);
+        writer.put(with_spec("a", "p", 2, r#"{"x":"3","y":"4"}"#));
+        assert_eq!(values(&reader, &y), ["4"]);
+        assert!(reader.index_values("path:spec.x").is_err());
+        let x = path_index(&reader, "spec.x");
+        writer.put(with_spec("a", "p", 3, r#"{"x":"5","y":"6"}"#));
+        assert_eq!(
+            (values(&reader, &x), values(&reader, &y)),
+            (vec!["5".into()], vec!["6".into()])
+        );
+    }
+
+    fn kept(object: &Object, path: &str) -> Option<Vec<String>> {
+        match object.selected(&FieldPath::parse(path).unwrap())? {
+            crate::selected::Selection::Values(values) => Some(values.map(str::to_owned).collect()),
+            crate::selected::Selection::Malformed => Some(vec!["malformed".into()]),
+        }
+    }
+
+    #[test]
+    fn projection_values_are_kept_with_objects_stored_while_registered() {
+        let (mut writer, reader) = new_indexer();
+        let before = with_spec("a", "before", 1, r#"{"x":"1"}"#);
+        writer.put(before.clone());
+        let path = FieldPath::parse("spec.x").unwrap();
+        let first = reader.add_projection(&path);
+        let second = reader.add_projection(&path);
+        let indexed = path_index(&reader, "spec.y[*]");
+        let object = with_spec("a", "p", 2, r#"{"x":"2","y":[3,"z"],"w":{"x":0}}"#);
+        writer.put(object.clone());
+        assert_eq!(kept(&object, "spec.x"), Some(vec![r#""2""#.to_owned()]));
+        assert_eq!(
+            kept(&before, "spec.x"),
+            None,
+            "stored before the registration"
+        );
+        assert_eq!(
+            kept(&object, "spec.y[*]"),
+            None,
+            "an index path is not a projection"
+        );
+        assert_eq!(values(&reader, &indexed), ["3", "z"]);
+        let broken = with_spec("a", "q", 3, r#"{"x" 1}"#);
+        writer.put(broken.clone());
+        assert_eq!(kept(&broken, "spec.x"), Some(vec!["malformed".to_owned()]));
+        // The registration lives while a handle does.
+        drop(first);
+        let later = with_spec("a", "r", 4, r#"{"x":"4"}"#);
+        writer.put(later.clone());
+        assert!(kept(&later, "spec.x").is_some());
+        drop(second);
+        let last = with_spec("a", "s", 5, r#"{"x":"5"}"#);
+        writer.put(last.clone());
+        assert_eq!(kept(&last, "spec.x"), None);
+        assert_eq!(
+            kept(&object, "spec.x").unwrap(),
+            [r#""2""#],
+            "kept values stay"
+        );
+    }
+
+    /// A plugin's projection can select every element of a long array: what an object keeps
+    /// is bounded by its JSON's size, and a path over the bound is left to its readers.
+    #[test]
+    fn kept_projection_values_are_bounded_by_the_object_size() {
+        let (mut writer, reader) = new_indexer();
+        let _long = reader.add_projection(&FieldPath::parse("spec.n[*]").unwrap());
+        let _short = reader.add_projection(&FieldPath::parse("spec.s[*]").unwrap());
+        let numbers = vec!["1"; 10_000].join(",");
+        let object = with_spec("a", "p", 1, &format!(r#"{{"s":[1,2],"n":[{numbers}]}}"#));
+        writer.put(object.clone());
+        assert_eq!(kept(&object, "spec.n[*]"), None);
+        assert_eq!(kept(&object, "spec.s[*]").unwrap(), ["1", "2"]);
     }
 
     /// Issue 20: a custom index function that panics does not poison the Indexer: its own

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use kubeplug_json::path::FieldPath;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -38,6 +39,11 @@ pub struct HandlerOptions {
     /// [`ListenerProbe::merged`](crate::listener::ListenerProbe::merged) counts the merges.
     /// `None`: every notification is kept, in order, however many.
     pub budget: Option<usize>,
+    /// Field paths the handler reads from each object: registered with the informer's
+    /// Indexer ([`Indexer::add_projection`](crate::indexer::Indexer::add_projection)) while
+    /// the handler is, so that their values are selected once when an object is stored and
+    /// shared by every handler that reads them ([`Object::selected`](crate::object::Object::selected)).
+    pub projections: Vec<FieldPath>,
 }
 
 /// A shared informer for one resource (and namespace and selectors, fixed by its source).
@@ -226,17 +232,23 @@ impl SharedIndexInformer {
     /// [`remove_handler`](Self::remove_handler)) unregisters it.
     pub fn add_handler(&self, options: HandlerOptions) -> ListenerReceiver {
         let inner = &self.inner;
+        let projections = options
+            .projections
+            .iter()
+            .map(|path| inner.indexer.add_projection(path))
+            .collect();
         let receiver = inner.fifo.exclusive(|| {
             let mut processor = lock(&inner.processor);
             let id = ListenerId(processor.next_id);
             processor.next_id += 1;
-            let (listener, receiver) = Listener::new(
+            let (mut listener, receiver) = Listener::new(
                 id,
                 options.buffer,
                 options.budget,
                 options.resync_period,
                 inner.fifo.synced_flag(),
             );
+            listener.keep_projections(projections);
             if inner.started.load(Ordering::Acquire) {
                 for object in inner.indexer.list() {
                     listener.push(Notification::Add {

@@ -12,6 +12,7 @@
 //! - [`reflector`]: ListAndWatch as a state machine.
 //! - [`fifo`]: the DeltaFIFO.
 //! - [`indexer`]: the cache and its indexes.
+//! - [`selected`]: field-path values selected when an object is stored, kept with it.
 //! - [`listener`]: one buffer per handler.
 //! - [`informer`]: the SharedIndexInformer that wires the above.
 //! - [`factory`]: shares informers between handlers.
@@ -76,6 +77,7 @@ pub mod listener;
 pub mod object;
 pub mod reflector;
 pub mod resource;
+pub mod selected;
 pub mod selector;
 pub mod source;
 

@@ -15,6 +15,7 @@ use futures::Stream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::indexer::ProjectionHandle;
 use crate::object::{Object, ObjectKey};
 
 mod buffer;
@@ -102,6 +103,8 @@ pub(crate) struct Listener {
     shared: Arc<Shared>,
     resync_period: Option<Duration>,
     next_resync: Option<Instant>,
+    /// Keep the handler's projection paths registered while it is.
+    projections: Vec<ProjectionHandle>,
 }
 
 struct Shared {
@@ -164,6 +167,7 @@ impl Listener {
             shared: shared.clone(),
             resync_period: resync_period.filter(|p| !p.is_zero()),
             next_resync: resync_period.map(|p| Instant::now() + p),
+            projections: Vec::new(),
         };
         (
             listener,
@@ -173,6 +177,11 @@ impl Listener {
                 woken: None,
             },
         )
+    }
+
+    /// Keeps `projections` registered for as long as this listener lives.
+    pub(crate) fn keep_projections(&mut self, projections: Vec<ProjectionHandle>) {
+        self.projections = projections;
     }
 
     pub(crate) fn id(&self) -> ListenerId {

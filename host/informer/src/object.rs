@@ -11,6 +11,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::resource::Resource;
+use crate::selected::{SelectedCell, Selection};
+use kubeplug_json::path::FieldPath;
 use kubeplug_json::{ArrayScanner, ObjectScanner, ScanError, needs_no_escapes, push_json_string};
 
 /// Why a piece of JSON could not become an [`Object`].
@@ -216,6 +218,8 @@ pub struct Object {
     labels: Labels,
     owner_references: Box<[OwnerReference]>,
     deletion_timestamp: Option<Box<str>>,
+    /// Projection values, kept by the Indexer that stores the object.
+    selected: SelectedCell,
 }
 
 impl fmt::Debug for Object {
@@ -291,6 +295,18 @@ impl Object {
     /// The whole object as JSON text.
     pub fn json(&self) -> &str {
         &self.json
+    }
+
+    /// What `path` selects in [`json`](Self::json), if the Indexer that stored this object
+    /// selected it then: it does for the projection paths registered with
+    /// [`Indexer::add_projection`](crate::indexer::Indexer::add_projection) before the
+    /// object was stored. `None`: the caller evaluates the path itself.
+    pub fn selected(&self, path: &FieldPath) -> Option<Selection<'_>> {
+        self.selected.get(&self.json, path)
+    }
+
+    pub(crate) fn selected_cell(&self) -> &SelectedCell {
+        &self.selected
     }
 }
 
@@ -542,6 +558,7 @@ impl MetaFields<'_> {
             json: Box::default(),
             uid: string(self.uid, "uid")?,
             deletion_timestamp: string(self.deletion_timestamp, "deletionTimestamp")?,
+            selected: SelectedCell::default(),
             key,
             resource_version,
             generation,

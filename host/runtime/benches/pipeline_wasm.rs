@@ -39,15 +39,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, ensure};
 use bytes::Bytes;
 use kubeplug_bench_support::{Figure, Run, median, peak_rss_bytes};
-use kubeplug_informer::indexer::IndexHandle;
+use kubeplug_informer::indexer::{IndexHandle, ProjectionHandle};
 use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
 use kubeplug_informer::listener::{ListenerReceiver, Notification};
 use kubeplug_informer::object::ObjectDecoder;
 use kubeplug_informer::reflector::ReflectorConfig;
-use kubeplug_json::path::FieldPath;
+use kubeplug_informer::selected::Selection;
+use kubeplug_json::path::{FieldPath, Found};
 use kubeplug_runtime::description::IndexSource;
 use kubeplug_runtime::events::run_events;
-use kubeplug_runtime::index::{IndexPath, informer_spec};
+use kubeplug_runtime::index::informer_spec;
 use kubeplug_runtime::status::MetricValue;
 use kubeplug_runtime::{
     Grants, Gvk, IndexerMap, NoCluster, Plugin, PluginLimits, PluginSpec, Runtime, RuntimeConfig,
@@ -112,8 +113,8 @@ enum NativeWork {
     NothingWithPathIndexes,
     /// Reads the [`FIELDS`] with serde from the object's JSON ([`PodFields`]).
     SerdeFields,
-    /// Reads the [`FIELDS`] as the host projects them for a plugin (`kubeplug-json`'s
-    /// paths), without the crossing into Wasm.
+    /// Reads the [`FIELDS`] as the host projects them for a plugin: the values the Indexer
+    /// kept when it stored the object, typed, without the crossing into Wasm.
     ProjectedFields,
 }
 
@@ -258,6 +259,8 @@ enum Attached {
         handled: Arc<AtomicU64>,
         report: Arc<Mutex<LatencyReport>>,
         task: JoinHandle<()>,
+        /// The paths it reads from what the Indexer keeps.
+        projections: Vec<FieldPath>,
     },
     Wasm {
         plugin: Arc<Plugin>,
@@ -342,6 +345,10 @@ async fn attach(
                 .iter()
                 .map(|(_, path)| FieldPath::parse(path))
                 .collect::<Result<_, _>>()?;
+            let kept_paths = match work {
+                NativeWork::ProjectedFields => paths.clone(),
+                _ => Vec::new(),
+            };
             let task = tokio::spawn(async move {
                 while let Some(batch) = rx.recv_batch(BATCH).await {
                     for notification in batch.iter() {
@@ -358,12 +365,17 @@ async fn attach(
                                 ));
                             }
                             (None, NativeWork::ProjectedFields) => {
-                                let json = notification.object().json();
+                                let object = notification.object();
                                 for path in &paths {
-                                    path.for_each(json, |found| {
-                                        std::hint::black_box(found);
-                                    })
-                                    .expect("a generated Pod");
+                                    let Some(Selection::Values(values)) = object.selected(path)
+                                    else {
+                                        panic!("{path} is not kept with {}", object.key());
+                                    };
+                                    for raw in values {
+                                        std::hint::black_box(
+                                            Found::classify(raw).expect("a generated Pod"),
+                                        );
+                                    }
                                 }
                             }
                             (None, NativeWork::Nothing | NativeWork::NothingWithPathIndexes) => {
@@ -378,6 +390,7 @@ async fn attach(
                 handled,
                 report,
                 task,
+                projections: kept_paths,
             })
         }
         Handler::Wasm { throughput, timed } => {
@@ -421,6 +434,9 @@ struct Bench {
     handler: Attached,
     /// The indexes live while their handles do.
     _indexes: Vec<IndexHandle>,
+    /// So do the projection paths the handler registered, as the host registers a
+    /// subscription's.
+    _projections: Vec<ProjectionHandle>,
 }
 
 impl Bench {
@@ -440,12 +456,24 @@ impl Bench {
         let mut indexes = Vec::new();
         if let Handler::Native(NativeWork::NothingWithPathIndexes) = handler {
             for path in PATH_INDEXES {
-                let source = IndexSource::Path(IndexPath::parse(path).map_err(anyhow::Error::msg)?);
+                let source = IndexSource::Path(FieldPath::parse(path).map_err(anyhow::Error::msg)?);
                 indexes.push(informer.indexer().add_index(informer_spec(&source)));
             }
         }
         let rx = informer.add_handler(HandlerOptions::default());
         let handler = attach(runtime, handler, &informer, rx, report_every).await?;
+        let projections = match &handler {
+            Attached::Native { projections, .. } => projections.clone(),
+            Attached::Wasm { plugin, .. } => plugin.description().subscriptions[0]
+                .projections
+                .paths()
+                .paths()
+                .to_vec(),
+        };
+        let projections = projections
+            .iter()
+            .map(|path| informer.indexer().add_projection(path))
+            .collect();
         informer.start();
         let bench = Self {
             source,
@@ -453,6 +481,7 @@ impl Bench {
             phases,
             handler,
             _indexes: indexes,
+            _projections: projections,
         };
         bench.wait_handled(pods.json.len() as u64).await?;
         Ok(bench)

@@ -2,10 +2,11 @@
 
 use kubeplug_informer::listener::Notification;
 use kubeplug_informer::object::Object;
+use kubeplug_informer::selected::Selection;
 use kubeplug_json::path::Found;
 
 use crate::bindings::wit;
-use crate::description::{MetaFields, Projection, SubscriptionSpec};
+use crate::description::{MetaFields, Projections, SubscriptionSpec};
 
 /// The typed metadata of `object`: the parts `fields` names, the others empty.
 pub(crate) fn meta(object: &Object, fields: MetaFields) -> wit::ObjectMeta {
@@ -66,33 +67,53 @@ pub(crate) fn meta_size(object: &Object) -> usize {
         + owners
 }
 
-/// What each of `projections` selects in `object`. An object whose JSON is malformed along a
-/// path gets no values for that path (the host's decoder checked its metadata only).
-pub(crate) fn projected(object: &Object, projections: &[Projection]) -> Vec<wit::Projected> {
+/// What each of `projections` selects in `object`: the values its Indexer kept when it
+/// stored the object (the subscription registered the paths), else all of them in one walk
+/// of its JSON. An object whose JSON is malformed along a path gets no values for that path
+/// (the host's decoder checked its metadata only).
+pub(crate) fn projected(object: &Object, projections: &Projections) -> Vec<wit::Projected> {
+    if projections.is_empty() {
+        return Vec::new();
+    }
+    let kept: Option<Vec<Selection<'_>>> = projections
+        .iter()
+        .map(|projection| object.selected(&projection.path))
+        .collect();
+    let raw_values: Vec<Option<Vec<&str>>> = match kept {
+        Some(kept) => kept
+            .into_iter()
+            .map(|selection| match selection {
+                Selection::Values(values) => Some(values.collect()),
+                Selection::Malformed => None,
+            })
+            .collect(),
+        None => projections
+            .paths()
+            .select(object.json())
+            .into_iter()
+            .map(Result::ok)
+            .collect(),
+    };
     projections
         .iter()
-        .map(|projection| {
-            let mut values = Vec::new();
-            if projection
-                .path
-                .for_each(object.json(), |found| values.push(field_value(found)))
-                .is_err()
-            {
-                values.clear();
-            }
-            wit::Projected {
-                name: projection.name.clone(),
-                values,
-            }
+        .zip(raw_values)
+        .map(|(projection, raw_values)| wit::Projected {
+            name: projection.name.clone(),
+            values: raw_values
+                .and_then(|raw_values| {
+                    raw_values
+                        .into_iter()
+                        .map(|raw| Found::classify(raw).map(field_value))
+                        .collect::<Result<_, _>>()
+                        .ok()
+                })
+                .unwrap_or_default(),
         })
         .collect()
 }
 
 /// `object` read through `projections`, with all its metadata.
-pub(crate) fn projected_object(
-    object: &Object,
-    projections: &[Projection],
-) -> wit::ProjectedObject {
+pub(crate) fn projected_object(object: &Object, projections: &Projections) -> wit::ProjectedObject {
     wit::ProjectedObject {
         meta: meta(object, MetaFields::ALL),
         projected: projected(object, projections),

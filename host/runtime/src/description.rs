@@ -4,13 +4,12 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kubeplug_informer::selector::{FieldSelector, LabelSelector};
-use kubeplug_json::path::{FieldPath, PathError};
+use kubeplug_json::path::{FieldPath, PathError, PathSet};
 use kubeplug_policy::names::{check_namespace, is_dns_label, quoted};
 use kubeplug_policy::{NameError, WriteVerb};
 
 use crate::bindings::{guest, wit};
 use crate::gvk::Gvk;
-use crate::index::IndexPath;
 
 /// A plugin's self-description, validated.
 ///
@@ -89,7 +88,7 @@ pub struct SubscriptionSpec {
     /// Reconcile mode: which key an event enqueues.
     pub enqueue: KeyMapping,
     /// Field paths each event carries the values of, in the order events list them.
-    pub projections: Vec<Projection>,
+    pub projections: Projections,
 }
 
 /// A named field path whose values a subscription's events carry (`event.projected`).
@@ -124,6 +123,99 @@ impl Projection {
     }
 }
 
+/// A list of [`Projection`]s with their paths as one [`PathSet`]: what an event or a cache
+/// read evaluates, in one walk of the object for all of them.
+#[derive(Debug, Clone, Default)]
+pub struct Projections {
+    list: Vec<Projection>,
+    paths: PathSet,
+}
+
+/// Why a list of projections a plugin sent is refused; the caller says where the list was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ProjectionListError {
+    /// More entries than the bound (`max_projections`).
+    TooMany {
+        /// The entries sent.
+        count: usize,
+    },
+    /// One entry breaks [`Projection`]'s contract.
+    Invalid {
+        /// The entry's position, from 0.
+        projection: usize,
+        /// `name` or `path`.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Projections {
+    /// A plugin's projections, checked against [`Projection`]'s contract: at most `bound`
+    /// (counted before anything is parsed), each by [`Projection::parse`], names unique.
+    pub(crate) fn parse_list(
+        sent: Vec<wit::Projection>,
+        bound: usize,
+    ) -> Result<Self, ProjectionListError> {
+        if sent.len() > bound {
+            return Err(ProjectionListError::TooMany { count: sent.len() });
+        }
+        let mut list: Vec<Projection> = Vec::with_capacity(sent.len());
+        for (projection, p) in sent.into_iter().enumerate() {
+            let invalid = |field, reason| ProjectionListError::Invalid {
+                projection,
+                field,
+                reason,
+            };
+            let parsed = Projection::parse(p.name, &p.path)
+                .map_err(|(field, reason)| invalid(field, reason))?;
+            if list.iter().any(|earlier| earlier.name == parsed.name) {
+                return Err(invalid(
+                    "name",
+                    format!("{} is used twice", quoted(&parsed.name)),
+                ));
+            }
+            list.push(parsed);
+        }
+        Ok(list.into())
+    }
+
+    /// The paths, numbered as the projections are.
+    pub fn paths(&self) -> &PathSet {
+        &self.paths
+    }
+}
+
+impl From<Vec<Projection>> for Projections {
+    fn from(list: Vec<Projection>) -> Self {
+        let paths = PathSet::new(list.iter().map(|p| p.path.clone()));
+        Self { list, paths }
+    }
+}
+
+impl std::ops::Deref for Projections {
+    type Target = [Projection];
+
+    fn deref(&self) -> &[Projection] {
+        &self.list
+    }
+}
+
+impl<'p> IntoIterator for &'p Projections {
+    type Item = &'p Projection;
+    type IntoIter = std::slice::Iter<'p, Projection>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.list.iter()
+    }
+}
+
+impl PartialEq for Projections {
+    fn eq(&self, other: &Self) -> bool {
+        self.list == other.list
+    }
+}
+
 fn invalid_projection_name(name: &str) -> String {
     format!(
         "{} is not 1 to {MAX_PROJECTION_NAME} bytes of letters, digits, '_', '-' and '.'",
@@ -132,7 +224,8 @@ fn invalid_projection_name(name: &str) -> String {
 }
 
 /// The most projections a subscription may declare by default (`max_projections`): 16.
-/// Each is evaluated on every event of the subscription, and on updates twice.
+/// Each is evaluated once for every object the subscription's informer stores, and its
+/// values kept with the object.
 pub const MAX_PROJECTIONS: usize = 16;
 
 /// The longest projection name: 63 bytes.
@@ -233,8 +326,9 @@ pub enum IndexSource {
     Label(String),
     /// Owner uids.
     OwnerUid,
-    /// A path into the object.
-    Path(IndexPath),
+    /// A path into the object; the values it files an object under are
+    /// [`IndexSpec::Path`](kubeplug_informer::indexer::IndexSpec::Path)'s.
+    Path(FieldPath),
 }
 
 /// The most subscriptions a plugin may declare by default (`max_subscriptions`): 32. Each
@@ -537,28 +631,29 @@ fn check_subscription_count(
     )
 }
 
-/// The guest's projections of subscription `subscription`, parsed: the count and each path's
-/// length are checked before anything is parsed.
+/// The guest's projections of subscription `subscription`, parsed and checked.
 fn parse_projections(
     subscription: usize,
     projections: Vec<wit::Projection>,
     bounds: &DescriptionBounds,
-) -> Result<Vec<Projection>, DescriptionError> {
-    check_projection_count(subscription, projections.len(), bounds)?;
-    projections
-        .into_iter()
-        .enumerate()
-        .map(|(projection, p)| {
-            Projection::parse(p.name, &p.path).map_err(|(field, reason)| {
-                DescriptionError::InvalidProjection {
-                    subscription,
-                    projection,
-                    field,
-                    reason,
-                }
-            })
-        })
-        .collect()
+) -> Result<Projections, DescriptionError> {
+    Projections::parse_list(projections, bounds.projections).map_err(|error| match error {
+        ProjectionListError::TooMany { count } => DescriptionError::TooManyProjections {
+            subscription,
+            count,
+            limit: bounds.projections,
+        },
+        ProjectionListError::Invalid {
+            projection,
+            field,
+            reason,
+        } => DescriptionError::InvalidProjection {
+            subscription,
+            projection,
+            field,
+            reason,
+        },
+    })
 }
 
 fn check_projection_count(
@@ -825,7 +920,7 @@ impl Description {
                 RawIndexSpec::Label(key) => IndexSource::Label(key),
                 RawIndexSpec::OwnerUid => IndexSource::OwnerUid,
                 RawIndexSpec::Path(text) => {
-                    IndexSource::Path(IndexPath::parse(&text).map_err(|reason| {
+                    IndexSource::Path(FieldPath::parse(&text).map_err(|reason| {
                         DescriptionError::InvalidIndexPath {
                             index,
                             name: decl.name.clone(),
@@ -941,7 +1036,7 @@ mod tests {
             wants_object_json: false,
             wants_old_json: false,
             enqueue: KeyMapping::OwnKey,
-            projections: Vec::new(),
+            projections: Projections::default(),
         }
     }
 
@@ -956,7 +1051,7 @@ mod tests {
     fn projections_keep_their_contract() {
         let with = |projections: Vec<Projection>| {
             let mut r = raw();
-            r.subscriptions[0].projections = projections;
+            r.subscriptions[0].projections = projections.into();
             r
         };
         let fine = with(vec![

@@ -12,7 +12,6 @@ use kubeplug_runtime::description::{
     MAX_RECONCILE_WORKERS, MAX_RESOURCES, MAX_SUBSCRIPTIONS, MAX_TEXT, MetaFields, Projection,
     RawDescription, RawIndex, RawIndexSpec, Read, SubscriptionSpec,
 };
-use kubeplug_runtime::index::IndexPath;
 use kubeplug_runtime::{Gvk, WriteVerb};
 
 /// Strings a description is likely to hold, valid and not: most picks come from here, so
@@ -81,7 +80,8 @@ impl Input<'_> {
                     let path = FieldPath::parse(&self.text()).ok()?;
                     Some(Projection { name, path })
                 })
-                .collect(),
+                .collect::<Vec<_>>()
+                .into(),
         }
     }
 
@@ -355,7 +355,7 @@ fn reference_problems(raw: &RawDescription) -> Vec<String> {
             .iter()
             .any(|s| s.resource == index.resource)
             || raw.reads.iter().any(|r| r.resource == index.resource);
-        let bad_path = matches!(&index.spec, RawIndexSpec::Path(p) if IndexPath::parse(p).is_err());
+        let bad_path = matches!(&index.spec, RawIndexSpec::Path(p) if FieldPath::parse(p).is_err());
         if !known || !names.insert(&index.name) || bad_path {
             problems.push(format!("indexes[{i}]"));
         }

@@ -707,6 +707,7 @@ impl PluginHost {
                 buffer,
                 budget,
                 resync_period: wanted.resync_period,
+                projections: wanted.projections.paths().paths().to_vec(),
             };
             let (registration, receiver) = self
                 .factory

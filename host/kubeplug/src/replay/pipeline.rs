@@ -71,7 +71,7 @@ impl Pipeline {
         let options = HandlerOptions {
             budget: None,
             buffer: BufferPolicy::Unbounded,
-            resync_period: None,
+            ..HandlerOptions::default()
         };
         let mut subscriptions = Vec::new();
         let mut receivers = Vec::new();
@@ -101,7 +101,11 @@ impl Pipeline {
                 label_selector: wanted.label_selector.clone(),
                 field_selector: wanted.field_selector.clone(),
             };
-            let (registration, receiver) = factory.subscribe(key, options.clone())?.into_parts();
+            let options = HandlerOptions {
+                projections: wanted.projections.paths().paths().to_vec(),
+                ..options.clone()
+            };
+            let (registration, receiver) = factory.subscribe(key, options)?.into_parts();
             receivers.push(receiver);
             subscriptions.push(registration);
         }

@@ -1,6 +1,5 @@
 //! `kubeplug:plugin/cache`: reads from the informer caches, within the plugin's grants.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use kubeplug_informer::indexer::{Indexer, IndexerError, NAMESPACE_INDEX};
@@ -13,7 +12,7 @@ use crate::bindings::wit::{
     CachedObject, Error, Gvk as WitGvk, ProjectedObject, Projection as WitProjection,
 };
 use crate::convert::{cached, meta_size, projected_object, value_size};
-use crate::description::Projection;
+use crate::description::{ProjectionListError, Projections};
 use crate::gvk::Gvk;
 use crate::state::StoreState;
 use crate::status::PluginStats;
@@ -56,33 +55,22 @@ impl StoreState {
     }
 
     /// The projections a call asks for, checked as a subscription's are: at most
-    /// `max_projections`, names unique, each name and path by [`Projection::parse`].
-    fn call_projections(&self, projections: Vec<WitProjection>) -> Result<Vec<Projection>, Error> {
-        if projections.len() > self.host.max_projections {
-            return Err(Error::InvalidInput(format!(
-                "projections: {} entries; at most {} (max_projections)",
-                projections.len(),
-                self.host.max_projections
-            )));
-        }
-        let mut names = BTreeSet::new();
-        projections
-            .into_iter()
-            .enumerate()
-            .map(|(i, p)| {
-                let projection =
-                    Projection::parse(p.name, &p.path).map_err(|(field, reason)| {
-                        Error::InvalidInput(format!("projections[{i}].{field}: {reason}"))
-                    })?;
-                if !names.insert(projection.name.clone()) {
-                    return Err(Error::InvalidInput(format!(
-                        "projections[{i}].name: {:?} is used twice",
-                        projection.name
-                    )));
+    /// `max_projections`, names unique, each name and path by
+    /// [`Projection::parse`](crate::description::Projection::parse).
+    fn call_projections(&self, projections: Vec<WitProjection>) -> Result<Projections, Error> {
+        let bound = self.host.max_projections;
+        Projections::parse_list(projections, bound).map_err(|error| {
+            Error::InvalidInput(match error {
+                ProjectionListError::TooMany { count } => {
+                    format!("projections: {count} entries; at most {bound} (max_projections)")
                 }
-                Ok(projection)
+                ProjectionListError::Invalid {
+                    projection,
+                    field,
+                    reason,
+                } => format!("projections[{projection}].{field}: {reason}"),
             })
-            .collect()
+        })
     }
 
     /// The objects of `resource_type` in `namespace` (all when `None` or empty) matching
@@ -187,7 +175,7 @@ fn check_key(key: &str) -> Result<(), Error> {
 fn projected_objects(
     call: &str,
     mut list: Vec<Arc<Object>>,
-    projections: &[Projection],
+    projections: &Projections,
 ) -> Result<Vec<ProjectedObject>, Error> {
     list.sort_by(|a, b| a.key().as_str().cmp(b.key().as_str()));
     let mut answer = Vec::with_capacity(list.len());

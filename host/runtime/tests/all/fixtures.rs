@@ -75,6 +75,16 @@ pub(crate) fn informer(
     resource: Resource,
     handlers: usize,
 ) -> (SharedIndexInformer, Vec<ListenerReceiver>) {
+    informer_with(server, resource, handlers, &HandlerOptions::default())
+}
+
+/// A started informer on `resource` with `handlers` listeners of `options`.
+pub(crate) fn informer_with(
+    server: &MemoryServer,
+    resource: Resource,
+    handlers: usize,
+    options: &HandlerOptions,
+) -> (SharedIndexInformer, Vec<ListenerReceiver>) {
     let source = Arc::new(server.lister_watcher(resource.clone(), None, None, None));
     let informer = SharedIndexInformer::new(
         source,
@@ -82,7 +92,7 @@ pub(crate) fn informer(
         ReflectorConfig::default(),
     );
     let receivers = (0..handlers)
-        .map(|_| informer.add_handler(HandlerOptions::default()))
+        .map(|_| informer.add_handler(options.clone()))
         .collect();
     informer.start();
     (informer, receivers)

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
+use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
 use kubeplug_informer::object::ObjectKey;
+use kubeplug_json::path::FieldPath;
 use kubeplug_memory::MemoryServer;
 use kubeplug_runtime::description::DescriptionBounds;
 use kubeplug_runtime::events::run_events;
@@ -36,25 +38,47 @@ fn grants() -> Grants {
     Grants::default().allow_write(observations(), WriteVerb::Create)
 }
 
+/// The field-reader's projections in [`projected_events`].
+const PROJECTIONS: [(&str, &str); 8] = [
+    ("node", "spec.nodeName"),
+    ("images", "spec.containers[*].image"),
+    ("conditions", "status.conditions[*]"),
+    ("priority", "spec.priority"),
+    ("links", "spec.enableServiceLinks"),
+    ("overhead", "spec.overhead"),
+    ("deadline", "spec.activeDeadlineSeconds"),
+    ("missing", "spec.affinity.nodeAffinity"),
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_carry_projected_values_typed_and_no_json() -> Result<()> {
+    projected_events(HandlerOptions::default()).await
+}
+
+/// The same events when the handler registered the paths with the informer, as the host
+/// does for a subscription: the values were selected when each object was stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_carry_the_values_kept_with_the_stored_objects() -> Result<()> {
+    let projections = PROJECTIONS
+        .iter()
+        .map(|(_, path)| FieldPath::parse(path))
+        .collect::<Result<_, _>>()?;
+    projected_events(HandlerOptions {
+        projections,
+        ..HandlerOptions::default()
+    })
+    .await
+}
+
+async fn projected_events(options: HandlerOptions) -> Result<()> {
     let server = MemoryServer::new();
     server
         .create(&pods(), &pod("a", "node-1", &["nginx:1", "envoy:2"]))
         .unwrap();
-    let (informer, mut receivers) = informer(&server, pods(), 1);
+    let (informer, mut receivers) = informer_with(&server, pods(), 1, &options);
     let recorder = Arc::new(Recorder::default());
     let runtime = runtime();
-    let settings = json!({"projections": [
-        ["node", "spec.nodeName"],
-        ["images", "spec.containers[*].image"],
-        ["conditions", "status.conditions[*]"],
-        ["priority", "spec.priority"],
-        ["links", "spec.enableServiceLinks"],
-        ["overhead", "spec.overhead"],
-        ["deadline", "spec.activeDeadlineSeconds"],
-        ["missing", "spec.affinity.nodeAffinity"],
-    ]});
+    let settings = json!({ "projections": PROJECTIONS });
     let spec = spec(
         "field-reader",
         &settings.to_string(),
@@ -69,6 +93,12 @@ async fn events_carry_projected_values_typed_and_no_json() -> Result<()> {
         recorder.observations().len() == 1
     })
     .await?;
+    let kept = |informer: &SharedIndexInformer| {
+        let stored = informer.indexer().get("ns/a").expect("stored");
+        let path = FieldPath::parse(PROJECTIONS[0].1).expect("a path");
+        stored.selected(&path).is_some()
+    };
+    assert_eq!(kept(&informer), !options.projections.is_empty());
     let added = &recorder.observations()[0];
     assert_eq!(added["change"], "Added");
     assert_eq!(added["has_json"], false, "{added}");
@@ -100,6 +130,7 @@ async fn events_carry_projected_values_typed_and_no_json() -> Result<()> {
         recorder.observations().len() == 2
     })
     .await?;
+    assert_eq!(kept(&informer), !options.projections.is_empty());
     let updated = &recorder.observations()[1];
     assert_eq!(updated["change"], "Updated");
     assert_eq!(updated["projected"]["node"], json!([{"text": "node-2"}]));

@@ -1,0 +1,204 @@
+//! Field-path values selected once, when an object is stored, and kept with it.
+//!
+//! An Indexer walks each object it stores once for all its `path` indexes and for the
+//! projection paths its readers registered ([`Indexer::add_projection`]). The values of the
+//! projection paths stay with the object as byte ranges into its JSON, so that every
+//! handler that projects the same path reads them without walking the object again, and
+//! an update's old values come from the stored old object for free.
+//!
+//! [`Indexer::add_projection`]: crate::indexer::Indexer::add_projection
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use kubeplug_json::ScanError;
+use kubeplug_json::path::{FieldPath, PathSet};
+
+/// The paths an Indexer selects in each object it stores: its `path` indexes' paths first,
+/// then the projection paths. One walk of the object evaluates them all.
+#[derive(Debug, Default)]
+pub(crate) struct SelectedPaths {
+    set: PathSet,
+    /// The names of the `path` indexes, paths `0..index_names.len()` of `set`.
+    index_names: Box<[String]>,
+    /// Projection path text → its number in `set`.
+    projections: HashMap<Box<str>, usize>,
+}
+
+impl SelectedPaths {
+    pub(crate) fn new<'p>(
+        indexes: impl IntoIterator<Item = (&'p str, &'p FieldPath)>,
+        projections: impl IntoIterator<Item = &'p FieldPath>,
+    ) -> Self {
+        let (index_names, mut paths): (Vec<String>, Vec<FieldPath>) = indexes
+            .into_iter()
+            .map(|(name, path)| (name.to_owned(), path.clone()))
+            .unzip();
+        let mut numbers = HashMap::new();
+        for path in projections {
+            numbers.insert(path.as_str().into(), paths.len());
+            paths.push(path.clone());
+        }
+        Self {
+            set: PathSet::new(paths),
+            index_names: index_names.into(),
+            projections: numbers,
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.set.paths().is_empty()
+    }
+
+    /// The names of the `path` indexes, in path order.
+    pub(crate) fn index_names(&self) -> &[String] {
+        &self.index_names
+    }
+
+    /// Walks `json` once: each path's raw values, or the error that stopped its walk.
+    pub(crate) fn select<'a>(&self, json: &'a str) -> Vec<Result<Vec<&'a str>, ScanError>> {
+        self.set.select(json)
+    }
+}
+
+/// The projection values selected in one object, as ranges into its JSON.
+struct Selected {
+    paths: Arc<SelectedPaths>,
+    /// Per path of `paths.set` from the first projection path on.
+    slots: Box<[Slot]>,
+    /// Byte ranges into the object's JSON, `start..end`.
+    ranges: Box<[(u32, u32)]>,
+}
+
+/// What an object keeps for one projection path.
+#[derive(Clone, Copy)]
+enum Slot {
+    /// Its values are `ranges[from..to]`.
+    Kept { from: u32, to: u32 },
+    /// The object's JSON is malformed along the path.
+    Malformed,
+    /// Over the object's budget of kept values ([`kept_values_budget`]): readers evaluate it.
+    NotKept,
+}
+
+/// How many values one object may keep, over all projection paths: a range costs 8 bytes,
+/// and a path may select every element of a long array of small numbers (a value per two
+/// bytes of JSON), so the budget keeps what the ranges cost to a quarter of the JSON.
+fn kept_values_budget(json_len: usize) -> usize {
+    json_len / 32 + 8
+}
+
+/// The values a stored object keeps, set once by the Indexer that stores it.
+///
+/// Contract: derived from the object's JSON alone, so it takes no part in comparing
+/// objects; an object stored again (by a replace) keeps what it was first given.
+#[derive(Clone, Default)]
+pub(crate) struct SelectedCell(OnceLock<Arc<Selected>>);
+
+impl PartialEq for SelectedCell {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for SelectedCell {}
+
+impl fmt::Debug for SelectedCell {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SelectedCell")
+    }
+}
+
+/// What a stored object holds for one projection path.
+#[derive(Debug)]
+pub enum Selection<'o> {
+    /// The raw JSON text of each value the path selects, in document order.
+    Values(SelectedValues<'o>),
+    /// The object's JSON is malformed along the path: it selects nothing.
+    Malformed,
+}
+
+/// The raw values of one path in a stored object.
+#[derive(Debug, Clone)]
+pub struct SelectedValues<'o> {
+    json: &'o str,
+    ranges: std::slice::Iter<'o, (u32, u32)>,
+}
+
+impl<'o> Iterator for SelectedValues<'o> {
+    type Item = &'o str;
+
+    fn next(&mut self) -> Option<&'o str> {
+        let &(start, end) = self.ranges.next()?;
+        Some(&self.json[start as usize..end as usize])
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.ranges.size_hint()
+    }
+}
+
+impl SelectedCell {
+    /// Keeps the projection values among `selected` (as [`SelectedPaths::select`] returned
+    /// them for `json`) within the budget, unless the cell was set before or `json` is too
+    /// long for 32-bit ranges (then readers evaluate the paths themselves).
+    pub(crate) fn keep(
+        &self,
+        paths: &Arc<SelectedPaths>,
+        json: &str,
+        selected: &[Result<Vec<&str>, ScanError>],
+    ) {
+        let first = paths.index_names.len();
+        if self.0.get().is_some()
+            || paths.projections.is_empty()
+            || u32::try_from(json.len()).is_err()
+        {
+            return;
+        }
+        let base = json.as_ptr() as usize;
+        let budget = kept_values_budget(json.len());
+        let mut ranges = Vec::new();
+        let slots = selected[first..]
+            .iter()
+            .map(|values| {
+                let Ok(values) = values else {
+                    return Slot::Malformed;
+                };
+                if ranges.len() + values.len() > budget {
+                    return Slot::NotKept;
+                }
+                let from = ranges.len() as u32;
+                ranges.extend(values.iter().map(|raw| {
+                    // Each value is a slice of `json`: its offset is where it starts.
+                    let start = (raw.as_ptr() as usize - base) as u32;
+                    (start, start + raw.len() as u32)
+                }));
+                Slot::Kept {
+                    from,
+                    to: ranges.len() as u32,
+                }
+            })
+            .collect();
+        // Set at most once: a concurrent `keep` of the same values loses harmlessly.
+        let _ = self.0.set(Arc::new(Selected {
+            paths: paths.clone(),
+            slots,
+            ranges: ranges.into(),
+        }));
+    }
+
+    /// The values of `path` in `json` (the object's own), if they were kept.
+    pub(crate) fn get<'o>(&'o self, json: &'o str, path: &FieldPath) -> Option<Selection<'o>> {
+        let selected = self.0.get()?;
+        let number = *selected.paths.projections.get(path.as_str())?;
+        match selected.slots[number - selected.paths.index_names.len()] {
+            Slot::Kept { from, to } => Some(Selection::Values(SelectedValues {
+                json,
+                ranges: selected.ranges[from as usize..to as usize].iter(),
+            })),
+            Slot::Malformed => Some(Selection::Malformed),
+            Slot::NotKept => None,
+        }
+    }
+}
