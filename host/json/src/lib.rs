@@ -107,6 +107,22 @@ impl<'a> ObjectScanner<'a> {
         Ok(Some((key, value)))
     }
 
+    /// Moves past the rest of the object, its closing brace included, checking only its
+    /// structure (as [`skip_value`](Self::skip_value) does): for a walk that found what it
+    /// came for. Call it between members (after a value, or before the first key).
+    pub fn skip_rest(&mut self) -> Result<(), ScanError> {
+        if self.done {
+            return Ok(());
+        }
+        self.pos = skip_to_close(self.bytes(), self.pos, 1).map_err(|what| self.error(what))?;
+        self.done = true;
+        self.skip_ws();
+        if !self.nested && self.pos != self.text.len() {
+            return Err(self.error("trailing bytes after the object"));
+        }
+        Ok(())
+    }
+
     /// The cursor: the byte offset of the value after [`next_key`](Self::next_key).
     pub fn position(&self) -> usize {
         self.pos
@@ -364,13 +380,19 @@ static SCALAR: [bool; 256] = {
 
 /// Finds the end of the array or object whose opening bracket is at `start`: the position
 /// after its closing bracket.
+fn skip_container(bytes: &[u8], start: usize) -> Result<usize, &'static str> {
+    skip_to_close(bytes, start, 0)
+}
+
+/// From `start`, outside any string and `depth` brackets deep, finds the position after the
+/// bracket that brings the depth to zero (the first bracket at `start` counts when `depth` is
+/// zero).
 ///
 /// Works on 64-byte blocks as simdjson's first stage does: bit masks of quotes, backslashes
 /// and brackets; escaped quotes removed; the inside of strings found with a prefix XOR; then
 /// only brackets outside strings count towards the depth. A block that cannot close the
 /// container costs two popcounts.
-fn skip_container(bytes: &[u8], start: usize) -> Result<usize, &'static str> {
-    let mut depth: u64 = 0;
+fn skip_to_close(bytes: &[u8], start: usize, mut depth: u64) -> Result<usize, &'static str> {
     let mut escape_carry = 0u64;
     let mut string_carry = 0u64;
     let mut block_start = start;

@@ -11,10 +11,11 @@ use crate::{ObjectScanner, ScanError};
 /// A parsed field path.
 ///
 /// Contract: evaluated over a JSON value, the path selects, step by step, the member of each
-/// object with the step's field name (every member of that name, should an object repeat
-/// one), or each element of each array (`[*]`). A value of the wrong type for a step (an
-/// array where a field is asked for, a string where `[*]` is) and a missing field select
-/// nothing; they are not errors.
+/// object with the step's field name (the first, should an object repeat a name: the API
+/// server never sends a repeated one), or each element of each array (`[*]`). A value of the
+/// wrong type for a step (an array where a field is asked for, a string where `[*]` is) and a
+/// missing field select nothing; they are not errors. The walk leaves an object as soon as it
+/// met every name it looks for there, so what follows is not read.
 #[derive(Clone)]
 pub struct FieldPath {
     text: String,
@@ -325,21 +326,30 @@ impl Trie {
         if root.fields.is_empty() || first_byte(text) != Some(b'{') {
             return Ok(());
         }
+        // The root's rest is never read: no parent needs to know where it ends.
         self.walk_members(&mut ObjectScanner::new(text)?, root, found)
     }
 
-    /// Walks every member of the object under `scanner` (to its end, so that a parent can
-    /// leave it), each member at its field's node under `node`.
+    /// Walks the members of the object under `scanner`, each the first of its name at its
+    /// field's node under `node`, until it met every field the node names or the object
+    /// ended. The caller of a nested object skips its rest before leaving it.
     fn walk_members<'a>(
         &self,
         scanner: &mut ObjectScanner<'a>,
         node: &Node,
         found: &mut impl FnMut(usize, &'a str),
     ) -> Result<(), ScanError> {
+        let mut met = Met::new(node.fields.len());
         while let Some(key) = scanner.next_key()? {
-            match node.fields.iter().find(|(field, _)| **field == *key) {
-                Some(&(_, child)) => self.walk_value(scanner, child, found)?,
-                None => {
+            let field = node.fields.iter().position(|(field, _)| **field == *key);
+            match field {
+                Some(field) if met.first(field) => {
+                    self.walk_value(scanner, node.fields[field].1, found)?;
+                    if met.all() {
+                        return Ok(());
+                    }
+                }
+                _ => {
                     scanner.skip_value()?;
                 }
             }
@@ -362,6 +372,7 @@ impl Trie {
             (Some(b'{'), _) if !node.fields.is_empty() => {
                 let mut child = cursor.enter_object()?;
                 self.walk_members(&mut child, node, found)?;
+                child.skip_rest()?;
                 cursor.leave_object(child)
             }
             (Some(b'['), Some(each)) => {
@@ -377,6 +388,57 @@ impl Trie {
             found(path, &text[range.clone()]);
         }
         Ok(())
+    }
+}
+
+/// Which of a node's fields an object walk has met.
+enum Met {
+    /// A bit per field, for up to 64 fields (all but hostile sets of paths).
+    Few {
+        met: u64,
+        all: u64,
+    },
+    Many {
+        met: Vec<bool>,
+        left: usize,
+    },
+}
+
+impl Met {
+    fn new(fields: usize) -> Self {
+        match fields {
+            0..64 => Self::Few {
+                met: 0,
+                all: (1 << fields) - 1,
+            },
+            64.. => Self::Many {
+                met: vec![false; fields],
+                left: fields,
+            },
+        }
+    }
+
+    /// Marks `field` met; whether it was not before.
+    fn first(&mut self, field: usize) -> bool {
+        match self {
+            Self::Few { met, .. } => {
+                let first = *met & (1 << field) == 0;
+                *met |= 1 << field;
+                first
+            }
+            Self::Many { met, left } => {
+                let first = !std::mem::replace(&mut met[field], true);
+                *left -= usize::from(first);
+                first
+            }
+        }
+    }
+
+    fn all(&self) -> bool {
+        match self {
+            Self::Few { met, all } => met == all,
+            Self::Many { left, .. } => *left == 0,
+        }
     }
 }
 
@@ -424,8 +486,38 @@ mod tests {
     }
 
     #[test]
-    fn repeated_members_each_count() {
-        assert_eq!(raw("a", r#"{"a":1,"b":{"a":2},"a":3}"#), ["1", "3"]);
+    fn the_first_of_repeated_members_counts() {
+        assert_eq!(raw("a", r#"{"a":1,"b":{"a":2},"a":3}"#), ["1"]);
+        assert_eq!(
+            raw("b.a", r#"{"a":1,"b":{"a":2,"a":4},"b":{"a":3}}"#),
+            ["2"]
+        );
+    }
+
+    #[test]
+    fn a_walk_leaves_an_object_once_it_has_what_it_looks_for() {
+        // What follows the last member a walk needs is not read, malformed or not...
+        assert_eq!(raw("a", r#"{"a":1,"b":[1 2}"#), ["1"]);
+        // ...but a nested object's end is still found, across strings and brackets in them.
+        let json = r#"{"o":{"x":"}","y":{"z":"]"},"w":[{}]},"p":{"x":2}}"#;
+        assert_eq!(raw("o.x", json), [r#""}""#]);
+        let set = set(&["o.x", "p.x"]);
+        let mut got = Vec::new();
+        set.for_each_raw(json, |path, raw| got.push((path, raw)))
+            .unwrap();
+        assert_eq!(got, [(0, r#""}""#), (1, "2")]);
+        // Sixty-five fields under one object: the many-field bookkeeping.
+        let paths: Vec<String> = (0..65).map(|i| format!("f{i}")).collect();
+        let members: Vec<String> = (0..65).rev().map(|i| format!(r#""f{i}":{i}"#)).collect();
+        let json = format!("{{{},\"f0\":99}}", members.join(","));
+        let set = PathSet::new(paths.iter().map(|p| FieldPath::parse(p).unwrap()));
+        let mut got = vec![Vec::new(); 65];
+        set.for_each_raw(&json, |path, raw| got[path].push(raw.to_owned()))
+            .unwrap();
+        assert!(
+            got.iter().enumerate().all(|(i, v)| *v == [i.to_string()]),
+            "{got:?}"
+        );
     }
 
     #[test]
