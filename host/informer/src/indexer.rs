@@ -83,7 +83,7 @@ impl IndexSpec {
                 .iter()
                 .map(|o| o.uid.to_string())
                 .collect(),
-            Self::Path(path) => path::values_of(path, object).into_vec(),
+            Self::Path(path) => path::values_of(path, object),
             Self::Custom { func, .. } => func(object),
         }
     }
@@ -127,9 +127,6 @@ struct Index {
     /// is under value `v` if and only if the stored object for that key yields `v`; no set
     /// is empty. A failed index is empty.
     values: HashMap<String, HashSet<ObjectKey>>,
-    /// For a `path` index, the values each key is filed under (keys filed under none are
-    /// absent): what an update or a delete compares with instead of walking the old object.
-    by_key: HashMap<ObjectKey, Box<[String]>>,
     /// Set when the index function panicked: what every read of the index answers.
     failed: Option<IndexerError>,
 }
@@ -140,7 +137,6 @@ impl Index {
             spec,
             refs,
             values: HashMap::new(),
-            by_key: HashMap::new(),
             failed: None,
         }
     }
@@ -149,22 +145,9 @@ impl Index {
         matches!(self.spec, IndexSpec::Path(_))
     }
 
-    /// Files `key` under `values` instead of what it was filed under.
-    fn set(&mut self, key: &ObjectKey, values: Box<[String]>) {
-        let old = self.by_key.get(key).map(|old| &**old).unwrap_or_default();
-        if *old == *values {
-            return;
-        }
-        let old = self.by_key.remove(key).unwrap_or_default();
-        self.unfile(key, &old);
-        for value in &values {
-            self.values
-                .entry(value.clone())
-                .or_default()
-                .insert(key.clone());
-        }
-        if !values.is_empty() {
-            self.by_key.insert(key.clone(), values);
+    fn file(&mut self, key: &ObjectKey, values: Vec<String>) {
+        for value in values {
+            self.values.entry(value).or_default().insert(key.clone());
         }
     }
 
@@ -177,11 +160,6 @@ impl Index {
                 }
             }
         }
-    }
-
-    fn clear(&mut self) {
-        self.values.clear();
-        self.by_key.clear();
     }
 
     /// The values `object` is filed under; `None` once the index has failed (now, if its
@@ -208,20 +186,10 @@ impl Index {
 
     fn insert(&mut self, key: &ObjectKey, object: &Object) {
         let values = self.values_of(key, object).unwrap_or_default();
-        if self.is_path() {
-            self.set(key, values.into());
-            return;
-        }
-        for value in values {
-            self.values.entry(value).or_default().insert(key.clone());
-        }
+        self.file(key, values);
     }
 
     fn remove(&mut self, key: &ObjectKey, object: &Object) {
-        if self.is_path() {
-            self.set(key, Box::default());
-            return;
-        }
         let values = self.values_of(key, object).unwrap_or_default();
         self.unfile(key, &values);
     }
@@ -254,10 +222,51 @@ impl State {
         object
             .selected_cell()
             .keep(&self.paths, object.json(), &selected);
-        for (name, values) in self.paths.index_names().iter().zip(selected) {
-            if let Some(index) = self.indexes.get_mut(name) {
-                index.set(&key, path::index_values(values));
+        for (number, (name, walked)) in self.paths.index_names().iter().zip(&selected).enumerate() {
+            // The old object's values as it kept them (an update that leaves them alone, the
+            // usual case, costs a comparison of their text), or `None` to walk it again.
+            let old = old.as_deref().map(|old| {
+                (
+                    old,
+                    old.selected_cell().kept(old.json(), &self.paths, number),
+                )
+            });
+            if let Some((_, Some(kept))) = &old
+                && kept.is(walked)
+            {
+                continue;
             }
+            let Some(index) = self.indexes.get_mut(name) else {
+                continue;
+            };
+            match old {
+                Some((_, Some(kept))) => {
+                    index.unfile(&key, &path::index_values(kept.into_values().as_deref()));
+                }
+                Some((old, None)) => index.remove(&key, old),
+                None => {}
+            }
+            index.file(&key, path::index_values(walked.as_deref().ok()));
+        }
+    }
+
+    fn delete(&mut self, old: &Object) {
+        for (number, name) in self.paths.index_names().iter().enumerate() {
+            let Some(index) = self.indexes.get_mut(name) else {
+                continue;
+            };
+            match old.selected_cell().kept(old.json(), &self.paths, number) {
+                Some(kept) => {
+                    index.unfile(
+                        old.key(),
+                        &path::index_values(kept.into_values().as_deref()),
+                    );
+                }
+                None => index.remove(old.key(), old),
+            }
+        }
+        for index in self.indexes.values_mut().filter(|index| !index.is_path()) {
+            index.remove(old.key(), old);
         }
     }
 
@@ -419,9 +428,7 @@ impl IndexerWriter {
     {
         let mut state = write(&self.state);
         let old = state.items.remove(key)?;
-        for index in state.indexes.values_mut() {
-            index.remove(old.key(), &old);
-        }
+        state.delete(&old);
         Some(old)
     }
 
@@ -430,7 +437,7 @@ impl IndexerWriter {
         let mut state = write(&self.state);
         state.items.clear();
         for index in state.indexes.values_mut() {
-            index.clear();
+            index.values.clear();
         }
         for object in objects {
             state.put(object);
@@ -883,6 +890,19 @@ mod tests {
         writer.put(object.clone());
         assert_eq!(kept(&object, "spec.n[*]"), None);
         assert_eq!(kept(&object, "spec.s[*]").unwrap(), ["1", "2"]);
+        // A path index over the long array walks the old object again instead.
+        let long = path_index(&reader, "spec.n[*]");
+        let numbers = (0..10_000)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        writer.put(with_spec("a", "p", 2, &format!(r#"{{"n":[{numbers}]}}"#)));
+        writer.put(with_spec("a", "p", 3, r#"{"n":[7]}"#));
+        assert_eq!(values(&reader, &long), ["7"]);
+        writer.put(with_spec("a", "p", 4, &format!(r#"{{"n":[{numbers}]}}"#)));
+        assert_eq!(values(&reader, &long).len(), 10_000);
+        writer.delete("a/p");
+        assert!(values(&reader, &long).is_empty());
     }
 
     /// Issue 20: a custom index function that panics does not poison the Indexer: its own

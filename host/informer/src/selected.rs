@@ -62,16 +62,16 @@ impl SelectedPaths {
     }
 }
 
-/// The projection values selected in one object, as ranges into its JSON.
+/// The values selected in one object, as ranges into its JSON.
 struct Selected {
     paths: Arc<SelectedPaths>,
-    /// Per path of `paths.set` from the first projection path on.
+    /// Per path of `paths.set`.
     slots: Box<[Slot]>,
     /// Byte ranges into the object's JSON, `start..end`.
     ranges: Box<[(u32, u32)]>,
 }
 
-/// What an object keeps for one projection path.
+/// What an object keeps for one path.
 #[derive(Clone, Copy)]
 enum Slot {
     /// Its values are `ranges[from..to]`.
@@ -82,7 +82,7 @@ enum Slot {
     NotKept,
 }
 
-/// How many values one object may keep, over all projection paths: a range costs 8 bytes,
+/// How many values one object may keep, over all paths: a range costs 8 bytes,
 /// and a path may select every element of a long array of small numbers (a value per two
 /// bytes of JSON), so the budget keeps what the ranges cost to a quarter of the JSON.
 fn kept_values_budget(json_len: usize) -> usize {
@@ -140,26 +140,22 @@ impl<'o> Iterator for SelectedValues<'o> {
 }
 
 impl SelectedCell {
-    /// Keeps the projection values among `selected` (as [`SelectedPaths::select`] returned
-    /// them for `json`) within the budget, unless the cell was set before or `json` is too
-    /// long for 32-bit ranges (then readers evaluate the paths themselves).
+    /// Keeps the values of every path among `selected` (as [`SelectedPaths::select`]
+    /// returned them for `json`) within the budget, unless the cell was set before or `json`
+    /// is too long for 32-bit ranges (then readers evaluate the paths themselves).
     pub(crate) fn keep(
         &self,
         paths: &Arc<SelectedPaths>,
         json: &str,
         selected: &[Result<Vec<&str>, ScanError>],
     ) {
-        let first = paths.index_names.len();
-        if self.0.get().is_some()
-            || paths.projections.is_empty()
-            || u32::try_from(json.len()).is_err()
-        {
+        if self.0.get().is_some() || u32::try_from(json.len()).is_err() {
             return;
         }
         let base = json.as_ptr() as usize;
         let budget = kept_values_budget(json.len());
         let mut ranges = Vec::new();
-        let slots = selected[first..]
+        let slots = selected
             .iter()
             .map(|values| {
                 let Ok(values) = values else {
@@ -188,17 +184,58 @@ impl SelectedCell {
         }));
     }
 
-    /// The values of `path` in `json` (the object's own), if they were kept.
+    /// The values of projection `path` in `json` (the object's own), if they were kept.
     pub(crate) fn get<'o>(&'o self, json: &'o str, path: &FieldPath) -> Option<Selection<'o>> {
         let selected = self.0.get()?;
         let number = *selected.paths.projections.get(path.as_str())?;
-        match selected.slots[number - selected.paths.index_names.len()] {
+        selected.selection(json, number)
+    }
+
+    /// The values of path `number` of `paths` in `json` (the object's own), if they were
+    /// kept when the object was stored with these very paths.
+    pub(crate) fn kept<'o>(
+        &'o self,
+        json: &'o str,
+        paths: &Arc<SelectedPaths>,
+        number: usize,
+    ) -> Option<Selection<'o>> {
+        let selected = self.0.get()?;
+        if !Arc::ptr_eq(&selected.paths, paths) {
+            return None;
+        }
+        selected.selection(json, number)
+    }
+}
+
+impl Selected {
+    fn selection<'o>(&'o self, json: &'o str, number: usize) -> Option<Selection<'o>> {
+        match self.slots[number] {
             Slot::Kept { from, to } => Some(Selection::Values(SelectedValues {
                 json,
-                ranges: selected.ranges[from as usize..to as usize].iter(),
+                ranges: self.ranges[from as usize..to as usize].iter(),
             })),
             Slot::Malformed => Some(Selection::Malformed),
             Slot::NotKept => None,
+        }
+    }
+}
+
+impl<'o> Selection<'o> {
+    /// Whether this is what a walk selected: the same values, text for text, or both
+    /// malformed.
+    pub(crate) fn is(&self, walked: &Result<Vec<&str>, ScanError>) -> bool {
+        match (self, walked) {
+            (Self::Values(values), Ok(walked)) => values.clone().eq(walked.iter().copied()),
+            (Self::Malformed, Err(_)) => true,
+            _ => false,
+        }
+    }
+
+    /// The values, or `None` when malformed.
+    pub(crate) fn into_values(self) -> Option<Vec<&'o str>> {
+        match self {
+            Self::Values(values) => Some(values.collect()),
+            Self::Malformed => None,
         }
     }
 }
