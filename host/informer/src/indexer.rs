@@ -218,10 +218,10 @@ impl State {
         if self.paths.is_empty() {
             return;
         }
-        let selected = self.paths.select(object.json());
+        let (selected, roots) = self.paths.select(object.json(), old.as_deref());
         object
             .selected_cell()
-            .keep(&self.paths, object.json(), &selected);
+            .keep(&self.paths, object.json(), &selected, roots);
         for (number, (name, walked)) in self.paths.index_names().iter().zip(&selected).enumerate() {
             // The old object's values as it kept them (an update that leaves them alone, the
             // usual case, costs a comparison of their text), or `None` to walk it again.
@@ -876,6 +876,46 @@ mod tests {
             [r#""2""#],
             "kept values stay"
         );
+    }
+
+    /// An update whose `spec` is the same text (a status update) moves the old values to
+    /// the new text instead of walking it: the values must be those a walk finds, whatever
+    /// the metadata before it grew or shrank to.
+    #[test]
+    fn values_of_an_unchanged_member_are_moved_not_walked_again() {
+        let (mut writer, reader) = new_indexer();
+        let paths = ["spec.x", "spec.z[*]", "status.s"];
+        let _projections: Vec<_> = paths
+            .iter()
+            .map(|p| reader.add_projection(&FieldPath::parse(p).unwrap()))
+            .collect();
+        let index = path_index(&reader, "spec.y[*]");
+        let versions = [
+            (9, r#"{"x":"a","y":[1],"z":[{"k":1},2]}"#, ["1"].as_slice()),
+            (10, r#"{"x":"a","y":[1],"z":[{"k":1},2]}"#, ["1"].as_slice()),
+            (100, r#"{"x":"b","y":[2,3]}"#, ["2", "3"].as_slice()),
+            (1000, r#"{"x" 1,"y":[4]}"#, [].as_slice()),
+            (10000, r#"{"x" 1,"y":[4]}"#, [].as_slice()),
+            (7, r#"{"x":"c","y":[5]}"#, ["5"].as_slice()),
+            (123456, r#"{"x":"c","y":[5]}"#, ["5"].as_slice()),
+        ];
+        for (rv, spec, indexed) in versions {
+            let object = with_spec("a", "p", rv, spec);
+            writer.put(object.clone());
+            for path in paths {
+                let mut walked = Vec::new();
+                let alone = FieldPath::parse(path)
+                    .unwrap()
+                    .for_each_raw(object.json(), |raw| walked.push(raw.to_owned()));
+                let want = if alone.is_ok() {
+                    walked
+                } else {
+                    vec!["malformed".to_owned()]
+                };
+                assert_eq!(kept(&object, path), Some(want), "{path} at {rv}");
+            }
+            assert_eq!(values(&reader, &index), indexed, "at {rv}");
+        }
     }
 
     /// A plugin's projection can select every element of a long array: what an object keeps

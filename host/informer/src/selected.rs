@@ -13,7 +13,9 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use kubeplug_json::ScanError;
-use kubeplug_json::path::{FieldPath, PathSet};
+use kubeplug_json::path::{FieldPath, PathSet, Roots, Values};
+
+use crate::object::Object;
 
 /// The paths an Indexer selects in each object it stores: its `path` indexes' paths first,
 /// then the projection paths. One walk of the object evaluates them all.
@@ -56,15 +58,77 @@ impl SelectedPaths {
         &self.index_names
     }
 
-    /// Walks `json` once: each path's raw values, or the error that stopped its walk.
-    pub(crate) fn select<'a>(&self, json: &'a str) -> Vec<Result<Vec<&'a str>, ScanError>> {
-        self.set.select(json)
+    /// Each path's raw values in `json`, or the error that stopped its walk, and where the
+    /// root members lie. With `old`, the object's previous version stored with these very
+    /// paths: a root member that is the same text in both (`spec` when only the status
+    /// changed) is not walked, its paths' values are the old ones moved to the new text.
+    pub(crate) fn select<'a>(
+        self: &Arc<Self>,
+        json: &'a str,
+        old: Option<&Object>,
+    ) -> (Values<'a>, Option<Roots>) {
+        let previous = old.and_then(|old| Some((old.json(), old.selected_cell().previous(self)?)));
+        let Some((old_json, previous)) = previous else {
+            return self.set.select_roots(json);
+        };
+        let Ok(roots) = self.set.roots(json) else {
+            return self.set.select_roots(json);
+        };
+        let same: Vec<bool> = roots
+            .iter()
+            .zip(&*previous.roots)
+            .map(|(new, old)| match (new, old) {
+                (Some(new), Some((start, end))) => {
+                    json[new.clone()] == old_json[*start as usize..*end as usize]
+                }
+                (None, None) => true,
+                _ => false,
+            })
+            .collect();
+        let walk: Vec<bool> = same.iter().map(|same| !same).collect();
+        let mut values = self.set.select_under(json, &roots, &walk);
+        for (path, values) in values.iter_mut().enumerate() {
+            let root = self.set.root_of(path);
+            if !same[root] {
+                continue;
+            }
+            let (Some(new_root), Some((old_root, _))) = (&roots[root], previous.roots[root]) else {
+                continue;
+            };
+            *values = match previous.selection(old_json, path) {
+                Some(Selection::Values(old_values)) => Ok(old_values
+                    .map(|raw| {
+                        let at = offset(old_json, raw) - old_root as usize + new_root.start;
+                        &json[at..at + raw.len()]
+                    })
+                    .collect()),
+                Some(Selection::Malformed) => Err(ScanError {
+                    at: new_root.start,
+                    what: "malformed along the path, as before",
+                }),
+                None => {
+                    let mut raw_values = Vec::new();
+                    self.set.paths()[path]
+                        .for_each_raw(json, |raw| raw_values.push(raw))
+                        .map(|()| raw_values)
+                }
+            };
+        }
+        (values, Some(roots))
     }
+}
+
+/// Where `part`, a slice of `whole`, starts in it.
+fn offset(whole: &str, part: &str) -> usize {
+    part.as_ptr() as usize - whole.as_ptr() as usize
 }
 
 /// The values selected in one object, as ranges into its JSON.
 struct Selected {
     paths: Arc<SelectedPaths>,
+    /// Per first field of the paths: the range of the object's member of that name.
+    /// Empty when the walk that selected the values failed somewhere.
+    roots: Box<[Option<(u32, u32)>]>,
     /// Per path of `paths.set`.
     slots: Box<[Slot]>,
     /// Byte ranges into the object's JSON, `start..end`.
@@ -148,11 +212,11 @@ impl SelectedCell {
         paths: &Arc<SelectedPaths>,
         json: &str,
         selected: &[Result<Vec<&str>, ScanError>],
+        roots: Option<Roots>,
     ) {
         if self.0.get().is_some() || u32::try_from(json.len()).is_err() {
             return;
         }
-        let base = json.as_ptr() as usize;
         let budget = kept_values_budget(json.len());
         let mut ranges = Vec::new();
         let slots = selected
@@ -166,8 +230,7 @@ impl SelectedCell {
                 }
                 let from = ranges.len() as u32;
                 ranges.extend(values.iter().map(|raw| {
-                    // Each value is a slice of `json`: its offset is where it starts.
-                    let start = (raw.as_ptr() as usize - base) as u32;
+                    let start = offset(json, raw) as u32;
                     (start, start + raw.len() as u32)
                 }));
                 Slot::Kept {
@@ -177,8 +240,14 @@ impl SelectedCell {
             })
             .collect();
         // Set at most once: a concurrent `keep` of the same values loses harmlessly.
+        let roots = roots
+            .unwrap_or_default()
+            .into_iter()
+            .map(|root| root.map(|range| (range.start as u32, range.end as u32)))
+            .collect();
         let _ = self.0.set(Arc::new(Selected {
             paths: paths.clone(),
+            roots,
             slots,
             ranges: ranges.into(),
         }));
@@ -189,6 +258,13 @@ impl SelectedCell {
         let selected = self.0.get()?;
         let number = *selected.paths.projections.get(path.as_str())?;
         selected.selection(json, number)
+    }
+
+    /// What the object kept when it was stored with these very `paths`, with where its root
+    /// members lie.
+    fn previous(&self, paths: &Arc<SelectedPaths>) -> Option<&Selected> {
+        let selected = self.0.get()?;
+        (Arc::ptr_eq(&selected.paths, paths) && !selected.roots.is_empty()).then_some(&**selected)
     }
 
     /// The values of path `number` of `paths` in `json` (the object's own), if they were

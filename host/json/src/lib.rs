@@ -107,6 +107,19 @@ impl<'a> ObjectScanner<'a> {
         Ok(Some((key, value)))
     }
 
+    /// A cursor on the value at `pos` of `text`, to move past it (skipping or entering it)
+    /// as if a nested object's member were under it.
+    pub(crate) fn cursor_at(text: &'a str, pos: usize) -> Self {
+        Self {
+            text,
+            pos,
+            start: pos,
+            first: false,
+            done: false,
+            nested: true,
+        }
+    }
+
     /// Moves past the rest of the object, its closing brace included, checking only its
     /// structure (as [`skip_value`](Self::skip_value) does): for a walk that found what it
     /// came for. Call it between members (after a value, or before the first key).

@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::ops::Range;
 
 use crate::{ObjectScanner, ScanError};
 
@@ -106,7 +107,7 @@ impl FieldPath {
         json: &'a str,
         mut found: impl FnMut(&'a str),
     ) -> Result<(), ScanError> {
-        self.trie.walk(json, &mut |_, raw| found(raw))
+        self.trie.walk(json, &mut |_, raw| found(raw), &mut [None])
     }
 
     /// Calls `found` with each value the path selects in `json`, typed; an error as for
@@ -212,7 +213,16 @@ fn cut(text: &str, max: usize) -> &str {
 pub struct PathSet {
     paths: Box<[FieldPath]>,
     trie: Trie,
+    /// Per path, the number of its first field among the root's ([`root_of`](Self::root_of)).
+    roots_of: Box<[usize]>,
 }
+
+/// Where, per first field of a set's paths, the object's member of that name lies: the
+/// range of its value, `None` when the object has none.
+pub type Roots = Vec<Option<Range<usize>>>;
+
+/// Each path's raw values in one object, or the error that stopped its walk.
+pub type Values<'a> = Vec<Result<Vec<&'a str>, ScanError>>;
 
 impl Default for PathSet {
     fn default() -> Self {
@@ -225,7 +235,35 @@ impl PathSet {
     pub fn new(paths: impl IntoIterator<Item = FieldPath>) -> Self {
         let paths: Box<[FieldPath]> = paths.into_iter().collect();
         let trie = Trie::new(paths.iter().map(|path| &*path.steps));
-        Self { paths, trie }
+        let roots_of = paths
+            .iter()
+            .map(|path| {
+                let Some(Step::Field(first)) = path.steps.first() else {
+                    unreachable!("a path starts with a field");
+                };
+                trie.nodes[0]
+                    .fields
+                    .iter()
+                    .position(|(field, _)| field == first)
+                    .expect("every first field is a child of the root")
+            })
+            .collect();
+        Self {
+            paths,
+            trie,
+            roots_of,
+        }
+    }
+
+    /// The number of path `path`'s first field among the set's first fields (the index into
+    /// [`Roots`]).
+    pub fn root_of(&self, path: usize) -> usize {
+        self.roots_of[path]
+    }
+
+    /// How many distinct first fields the paths have.
+    pub fn root_count(&self) -> usize {
+        self.trie.nodes[0].fields.len()
     }
 
     /// The paths, in the order [`new`](Self::new) was given them.
@@ -245,27 +283,97 @@ impl PathSet {
         json: &'a str,
         mut found: impl FnMut(usize, &'a str),
     ) -> Result<(), ScanError> {
-        self.trie.walk(json, &mut found)
+        let mut roots = vec![None; self.root_count()];
+        self.trie.walk(json, &mut found, &mut roots)
     }
 
     /// Each path's raw values in `json`, or the error that stopped its walk, as if each
     /// path were evaluated alone: one walk when `json` is well-formed where it goes, and
     /// one per path only when it is not.
-    pub fn select<'a>(&self, json: &'a str) -> Vec<Result<Vec<&'a str>, ScanError>> {
+    pub fn select<'a>(&self, json: &'a str) -> Values<'a> {
+        self.select_roots(json).0
+    }
+
+    /// [`select`](Self::select), and where the walk found the root members (`None` when
+    /// it failed and the paths were evaluated one by one).
+    pub fn select_roots<'a>(&self, json: &'a str) -> (Values<'a>, Option<Roots>) {
         let mut selected = vec![Vec::new(); self.paths.len()];
-        match self.for_each_raw(json, |path, raw| selected[path].push(raw)) {
-            Ok(()) => selected.into_iter().map(Ok).collect(),
-            Err(_) => self
-                .paths
-                .iter()
-                .map(|path| {
-                    let mut values = Vec::new();
-                    path.for_each_raw(json, |raw| values.push(raw))
-                        .map(|()| values)
-                })
-                .collect(),
+        let mut roots = vec![None; self.root_count()];
+        match self
+            .trie
+            .walk(json, &mut |path, raw| selected[path].push(raw), &mut roots)
+        {
+            Ok(()) => (selected.into_iter().map(Ok).collect(), Some(roots)),
+            Err(_) => (
+                self.paths.iter().map(|path| alone(path, json)).collect(),
+                None,
+            ),
         }
     }
+
+    /// Where the root members the paths start in lie in `json`, without walking into them:
+    /// what tells whether one is the same text as in an earlier version of the object.
+    pub fn roots(&self, json: &str) -> Result<Roots, ScanError> {
+        let mut roots = vec![None; self.root_count()];
+        let root = &self.trie.nodes[0];
+        if root.fields.is_empty() || first_byte(json) != Some(b'{') {
+            return Ok(roots);
+        }
+        let mut scanner = ObjectScanner::new(json)?;
+        let mut met = Met::new(root.fields.len());
+        while let Some(key) = scanner.next_key()? {
+            let range = scanner.skip_value()?;
+            if let Some(field) = root.fields.iter().position(|(field, _)| **field == *key)
+                && met.first(field)
+            {
+                roots[field] = Some(range);
+                if met.all() {
+                    break;
+                }
+            }
+        }
+        Ok(roots)
+    }
+
+    /// The values of the paths whose first field's number `r` has `walk[r]`, walking only
+    /// those root members (at `roots`, as [`roots`](Self::roots) found them in `json`), as if
+    /// each path were evaluated alone; the other paths get no values.
+    pub fn select_under<'a>(
+        &self,
+        json: &'a str,
+        roots: &[Option<Range<usize>>],
+        walk: &[bool],
+    ) -> Values<'a> {
+        let mut selected: Values<'a> = vec![Ok(Vec::new()); self.paths.len()];
+        let root = &self.trie.nodes[0];
+        for (number, &(_, node)) in root.fields.iter().enumerate() {
+            let Some(range) = roots[number].clone().filter(|_| walk[number]) else {
+                continue;
+            };
+            let mut found: Vec<Vec<&'a str>> = vec![Vec::new(); self.paths.len()];
+            let mut cursor = ObjectScanner::cursor_at(json, range.start);
+            let walked = self
+                .trie
+                .walk_value(&mut cursor, node, &mut |path, raw| found[path].push(raw));
+            for (path, values) in found.into_iter().enumerate() {
+                if self.roots_of[path] != number {
+                    continue;
+                }
+                selected[path] = match walked {
+                    Ok(_) => Ok(values),
+                    Err(_) => alone(&self.paths[path], json),
+                };
+            }
+        }
+        selected
+    }
+}
+
+/// One path's values in `json`, walked alone.
+fn alone<'a>(path: &FieldPath, json: &'a str) -> Result<Vec<&'a str>, ScanError> {
+    let mut values = Vec::new();
+    path.for_each_raw(json, |raw| values.push(raw))
+        .map(|()| values)
 }
 
 /// Field paths merged on their common prefixes. Node 0 is the root, a value that is not
@@ -317,17 +425,20 @@ impl Trie {
     }
 
     /// Walks the one JSON value `text`: a root that is not an object selects nothing.
+    /// Walks the one JSON value `text`: a root that is not an object selects nothing. Notes
+    /// in `roots` the range of each root member walked, by its field's number.
     fn walk<'a>(
         &self,
         text: &'a str,
         found: &mut impl FnMut(usize, &'a str),
+        roots: &mut [Option<Range<usize>>],
     ) -> Result<(), ScanError> {
         let root = &self.nodes[0];
         if root.fields.is_empty() || first_byte(text) != Some(b'{') {
             return Ok(());
         }
         // The root's rest is never read: no parent needs to know where it ends.
-        self.walk_members(&mut ObjectScanner::new(text)?, root, found)
+        self.walk_members(&mut ObjectScanner::new(text)?, root, found, Some(roots))
     }
 
     /// Walks the members of the object under `scanner`, each the first of its name at its
@@ -338,13 +449,17 @@ impl Trie {
         scanner: &mut ObjectScanner<'a>,
         node: &Node,
         found: &mut impl FnMut(usize, &'a str),
+        mut ranges: Option<&mut [Option<Range<usize>>]>,
     ) -> Result<(), ScanError> {
         let mut met = Met::new(node.fields.len());
         while let Some(key) = scanner.next_key()? {
             let field = node.fields.iter().position(|(field, _)| **field == *key);
             match field {
                 Some(field) if met.first(field) => {
-                    self.walk_value(scanner, node.fields[field].1, found)?;
+                    let range = self.walk_value(scanner, node.fields[field].1, found)?;
+                    if let Some(ranges) = ranges.as_deref_mut() {
+                        ranges[field] = Some(range);
+                    }
                     if met.all() {
                         return Ok(());
                     }
@@ -365,13 +480,13 @@ impl Trie {
         cursor: &mut ObjectScanner<'a>,
         at: usize,
         found: &mut impl FnMut(usize, &'a str),
-    ) -> Result<(), ScanError> {
+    ) -> Result<Range<usize>, ScanError> {
         let node = &self.nodes[at];
         let text = cursor.text;
         let range = match (cursor.peek(), node.each) {
             (Some(b'{'), _) if !node.fields.is_empty() => {
                 let mut child = cursor.enter_object()?;
-                self.walk_members(&mut child, node, found)?;
+                self.walk_members(&mut child, node, found, None)?;
                 child.skip_rest()?;
                 cursor.leave_object(child)
             }
@@ -387,7 +502,7 @@ impl Trie {
         for &path in &node.ends {
             found(path, &text[range.clone()]);
         }
-        Ok(())
+        Ok(range)
     }
 }
 
@@ -617,6 +732,29 @@ mod tests {
     }
 
     #[test]
+    fn root_members_are_found_and_walked_alone() {
+        let set = set(&["b.x", "a", "b.y[*]", "c"]);
+        let json = r#"{"a":1,"b":{"y":[2,3],"x":"s"},"d":4}"#;
+        let roots = set.roots(json).unwrap();
+        let texts: Vec<Option<&str>> = roots.iter().map(|r| r.clone().map(|r| &json[r])).collect();
+        assert_eq!(set.root_of(0), set.root_of(2));
+        assert_eq!(texts[set.root_of(0)], Some(r#"{"y":[2,3],"x":"s"}"#));
+        assert_eq!(texts[set.root_of(1)], Some("1"));
+        assert_eq!(texts[set.root_of(3)], None);
+        let mut walk = vec![false; set.root_count()];
+        walk[set.root_of(0)] = true;
+        let selected = set.select_under(json, &roots, &walk);
+        assert_eq!(selected[0].as_deref().unwrap(), [r#""s""#]);
+        assert_eq!(selected[2].as_deref().unwrap(), ["2", "3"]);
+        assert!(selected[1].as_deref().unwrap().is_empty(), "not walked");
+        // A malformed member is each of its paths' own error.
+        let json = r#"{"b":{"y":[2,,3],"x":"s"}}"#;
+        let selected = set.select_under(json, &set.roots(json).unwrap(), &walk);
+        assert_eq!(selected[0].as_deref().unwrap(), [r#""s""#]);
+        assert!(selected[2].is_err());
+    }
+
+    #[test]
     fn select_keeps_a_malformed_path_from_spoiling_the_others() {
         let set = set(&["a[*]", "b", "c.d"]);
         let selected = set.select(r#"{"a":[1,tru],"b":"ok","c":{"d":[1 2]}}"#);
@@ -700,6 +838,14 @@ mod tests {
                 let want: Vec<Value> = reference(&root, &path.steps).into_iter().cloned().collect();
                 prop_assert_eq!(values, want, "{}", path);
             }
+            // Walking root member by root member finds the same, and the same members.
+            let (selected, walked_roots) = set.select_roots(&text);
+            let roots = set.roots(&text).unwrap();
+            prop_assert_eq!(Some(&roots), walked_roots.as_ref());
+            let every = vec![true; set.root_count()];
+            prop_assert_eq!(set.select_under(&text, &roots, &every), selected.clone());
+            let none = vec![false; set.root_count()];
+            prop_assert!(set.select_under(&text, &roots, &none).iter().all(|v| v.as_ref().is_ok_and(Vec::is_empty)));
         }
     }
 }
