@@ -6,14 +6,7 @@
 //! with `Content-Type: application/json` in either form, as kube-apiserver v1.32 does.
 
 use bytes::Bytes;
-use serde_json::value::RawValue;
-
-/// The kind of one object in the metadata form.
-const OBJECT_KIND: &str = "PartialObjectMetadata";
-/// The kind of a list in the metadata form.
-const LIST_KIND: &str = "PartialObjectMetadataList";
-/// The group-version of both.
-const META_API_VERSION: &str = "meta.k8s.io/v1";
+use kubeplug_memory::form::{LIST_KIND, META_API_VERSION, OBJECT_KIND, partial_object_metadata};
 
 /// Which form a request's objects are answered in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,12 +82,7 @@ impl Form {
     pub(crate) fn object(self, object: Bytes) -> Bytes {
         match self {
             Form::Full => object,
-            Form::Metadata => match metadata_of(&object) {
-                Some(metadata) => Bytes::from(format!(
-                    "{{\"kind\":\"{OBJECT_KIND}\",\"apiVersion\":\"{META_API_VERSION}\",\"metadata\":{metadata}}}"
-                )),
-                None => object,
-            },
+            Form::Metadata => partial_object_metadata(object),
         }
     }
 
@@ -109,17 +97,6 @@ impl Form {
             Form::Metadata => (OBJECT_KIND, META_API_VERSION),
         }
     }
-}
-
-/// The text of `object`'s `metadata`, read without building a tree.
-fn metadata_of(object: &[u8]) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Metadata<'a> {
-        #[serde(borrow)]
-        metadata: &'a RawValue,
-    }
-    let found: Metadata<'_> = serde_json::from_slice(object).ok()?;
-    Some(found.metadata.get().to_owned())
 }
 
 #[cfg(test)]

@@ -319,13 +319,19 @@ impl Object {
 pub struct ObjectDecoder {
     resource: Resource,
     drop_managed_fields: bool,
+    metadata_only: bool,
 }
+
+/// The `apiVersion` and `kind` of what the API server sends for
+/// `Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`.
+pub const PARTIAL_OBJECT_METADATA: (&str, &str) = ("meta.k8s.io/v1", "PartialObjectMetadata");
 
 impl fmt::Debug for ObjectDecoder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ObjectDecoder")
             .field("resource", &self.resource)
             .field("drop_managed_fields", &self.drop_managed_fields)
+            .field("metadata_only", &self.metadata_only)
             .finish()
     }
 }
@@ -336,7 +342,23 @@ impl ObjectDecoder {
         Self {
             resource,
             drop_managed_fields: true,
+            metadata_only: false,
         }
+    }
+
+    /// Decode metadata only: items may be `PartialObjectMetadata`
+    /// ([`PARTIAL_OBJECT_METADATA`], what the API server sends when asked for that form),
+    /// whose `apiVersion` and `kind` become the resource's, and every member but those and
+    /// `metadata` is dropped, so that the cache holds metadata whatever the server sent (one
+    /// that ignores the form sends whole objects of the resource's own kind).
+    pub fn metadata_only(mut self) -> Self {
+        self.metadata_only = true;
+        self
+    }
+
+    /// Whether [`metadata_only`](Self::metadata_only) was asked for.
+    pub fn is_metadata_only(&self) -> bool {
+        self.metadata_only
     }
 
     /// Keep `metadata.managedFields` in the cached text.
@@ -386,50 +408,56 @@ impl ObjectDecoder {
                 }
                 _ => {}
             }
+            if self.metadata_only {
+                // `apiVersion` and `kind` are written as the resource's after the loop.
+                continue;
+            }
             write_scanned_key(&mut out, &field);
             out.push_str(raw);
             out.push(',');
         }
         let mut object = meta.ok_or(DecodeError::MissingMetadata)?;
-        self.check_kind(&object.key, api_version, kind, &mut out)?;
+        let partial = self.metadata_only
+            && api_version.as_deref() == Some(PARTIAL_OBJECT_METADATA.0)
+            && kind.as_deref() == Some(PARTIAL_OBJECT_METADATA.1);
+        if !partial {
+            self.check_kind(&object.key, api_version.as_deref(), kind.as_deref())?;
+        }
+        // Metadata only: the type members were skipped; write the resource's.
+        let written = !self.metadata_only;
+        if !(written && api_version.is_some()) {
+            write_key(&mut out, "apiVersion");
+            push_json_string(&mut out, &self.resource.api_version());
+            out.push(',');
+        }
+        if !(written && kind.is_some()) {
+            write_key(&mut out, "kind");
+            push_json_string(&mut out, &self.resource.kind);
+            out.push(',');
+        }
         out.pop();
         out.push('}');
         object.json = out.into_boxed_str();
         Ok(object)
     }
 
-    /// Checks `apiVersion`/`kind` against the resource; appends the missing ones to `out`.
+    /// Checks `apiVersion`/`kind`, where present, against the resource.
     fn check_kind(
         &self,
         key: &ObjectKey,
-        api_version: Option<Cow<'_, str>>,
-        kind: Option<Cow<'_, str>>,
-        out: &mut String,
+        api_version: Option<&str>,
+        kind: Option<&str>,
     ) -> Result<(), DecodeError> {
         let expected_api = self.resource.api_version();
         let expected_kind = &self.resource.kind;
-        if api_version.as_deref().is_some_and(|a| a != expected_api)
-            || kind.as_deref().is_some_and(|k| k != expected_kind)
+        if api_version.is_some_and(|a| a != expected_api)
+            || kind.is_some_and(|k| k != expected_kind)
         {
             return Err(DecodeError::WrongKind {
                 key: key.to_string(),
                 expected: format!("{expected_api}/{expected_kind}"),
-                found: format!(
-                    "{}/{}",
-                    api_version.as_deref().unwrap_or("?"),
-                    kind.as_deref().unwrap_or("?")
-                ),
+                found: format!("{}/{}", api_version.unwrap_or("?"), kind.unwrap_or("?")),
             });
-        }
-        if api_version.is_none() {
-            write_key(out, "apiVersion");
-            push_json_string(out, &expected_api);
-            out.push(',');
-        }
-        if kind.is_none() {
-            write_key(out, "kind");
-            push_json_string(out, expected_kind);
-            out.push(',');
         }
         Ok(())
     }
@@ -722,6 +750,48 @@ mod tests {
     }
     fn configmaps() -> ObjectDecoder {
         ObjectDecoder::new(Resource::new("", "v1", "ConfigMap", "configmaps", true))
+    }
+
+    /// Issue 24: what a metadata-only informer is sent, as kube-apiserver v1.32 sends an item
+    /// of a `PartialObjectMetadataList` (managedFields included), becomes a ConfigMap again.
+    #[test]
+    fn metadata_only_items_become_the_resource_with_metadata_alone() {
+        let decoder = configmaps().metadata_only();
+        assert!(decoder.is_metadata_only());
+        let partial = r#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"c","namespace":"n","uid":"u","resourceVersion":"7","labels":{"a":"b"},"managedFields":[{"manager":"kubectl"}]}}"#;
+        let object = decoder.decode(partial.as_bytes()).unwrap();
+        let value: serde_json::Value = serde_json::from_str(object.json()).unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!({"metadata": {"name": "c", "namespace": "n", "uid": "u",
+                "resourceVersion": "7", "labels": {"a": "b"}},
+                "apiVersion": "v1", "kind": "ConfigMap"})
+        );
+        assert_eq!(
+            (object.key().as_str(), object.resource_version()),
+            ("n/c", 7)
+        );
+        // A server that ignores the form sends the whole object: its body is dropped.
+        let whole = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"c","namespace":"n","resourceVersion":"8"},"data":{"k":"v"}}"#;
+        let object = decoder.decode(whole.as_bytes()).unwrap();
+        assert!(!object.json().contains(r#""data""#), "{}", object.json());
+        assert!(object.json().contains(r#""kind":"ConfigMap""#));
+        // Another kind, or a partial object outside metadata mode, is still refused.
+        let secret = whole.replace("ConfigMap", "Secret");
+        assert!(matches!(
+            decoder.decode(secret.as_bytes()),
+            Err(DecodeError::WrongKind { .. })
+        ));
+        assert!(matches!(
+            configmaps().decode(partial.as_bytes()),
+            Err(DecodeError::WrongKind { .. })
+        ));
+        // Nor is a partial object of another version.
+        let old = partial.replace("meta.k8s.io/v1", "meta.k8s.io/v1beta1");
+        assert!(matches!(
+            decoder.decode(old.as_bytes()),
+            Err(DecodeError::WrongKind { .. })
+        ));
     }
 
     #[test]

@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use tokio::time::Sleep;
 
 use crate::faults::CutFlag;
+use crate::form::partial_object_metadata;
 use crate::render::{Render, render};
 use crate::server::{Call, MemoryServer};
 use crate::state::{Change, Filter, Stored};
@@ -117,6 +118,30 @@ pub struct MemoryListerWatcher {
     pub(crate) table: usize,
     pub(crate) resource: Resource,
     pub(crate) filter: Arc<Filter>,
+    /// Answer objects as `PartialObjectMetadata`.
+    pub(crate) metadata_only: bool,
+}
+
+impl MemoryListerWatcher {
+    /// Answers lists and watches in the metadata form ([`crate::form`]), as kube-apiserver
+    /// does for a metadata informer: each object's `metadata` alone, as a
+    /// `meta.k8s.io/v1` `PartialObjectMetadata`.
+    pub fn metadata_only(mut self) -> Self {
+        self.metadata_only = true;
+        self
+    }
+
+    fn form(&self, event: WatchEvent) -> WatchEvent {
+        if !self.metadata_only {
+            return event;
+        }
+        match event {
+            WatchEvent::Added(object) => WatchEvent::Added(partial_object_metadata(object)),
+            WatchEvent::Modified(object) => WatchEvent::Modified(partial_object_metadata(object)),
+            WatchEvent::Deleted(object) => WatchEvent::Deleted(partial_object_metadata(object)),
+            other => other,
+        }
+    }
 }
 
 impl fmt::Debug for MemoryListerWatcher {
@@ -134,7 +159,18 @@ impl ListerWatcher for MemoryListerWatcher {
             if let Some(delay) = self.server.begin(Call::List) {
                 tokio::time::sleep(delay).await;
             }
-            self.server.lock().list(self.table, &self.filter, &request)
+            let mut page = self
+                .server
+                .lock()
+                .list(self.table, &self.filter, &request)?;
+            if self.metadata_only {
+                page.items = page
+                    .items
+                    .into_iter()
+                    .map(partial_object_metadata)
+                    .collect();
+            }
+            Ok(page)
         })
     }
 
@@ -147,7 +183,10 @@ impl ListerWatcher for MemoryListerWatcher {
                 .server
                 .lock()
                 .watch(self.table, &self.filter, &request)?;
-            Ok(feed.boxed())
+            let this = self.clone();
+            Ok(feed
+                .map(move |event| event.map(|event| this.form(event)))
+                .boxed())
         })
     }
 

@@ -22,6 +22,7 @@ mod faults;
 #[path = "no_faults.rs"]
 mod faults;
 mod feed;
+pub mod form;
 mod incoming;
 mod render;
 mod server;

@@ -302,6 +302,7 @@ impl MemoryServer {
                 labels: label_selector.filter(|s| !s.is_empty()),
                 fields: field_selector.filter(|s| !s.is_empty()),
             }),
+            metadata_only: false,
         }
     }
 

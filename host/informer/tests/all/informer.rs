@@ -162,6 +162,47 @@ async fn a_late_handler_gets_the_cache_then_live_events() {
     informer.stop().await;
 }
 
+/// Issue 24: an informer on the metadata form (`PartialObjectMetadata` items and watch
+/// objects, as the memory server answers like kube-apiserver) caches metadata alone, as
+/// the resource's own kind, and follows adds, updates and deletes.
+#[tokio::test(start_paused = true)]
+async fn a_metadata_only_informer_caches_no_bodies() {
+    let server = MemoryServer::new();
+    for name in ["a", "b"] {
+        server.create(&pods(), &pod(name, 1)).unwrap();
+    }
+    let source = Arc::new(
+        server
+            .lister_watcher(pods(), None, None, None)
+            .metadata_only(),
+    );
+    let informer = SharedIndexInformer::new(
+        source,
+        ObjectDecoder::new(pods()).metadata_only(),
+        ReflectorConfig::default(),
+    );
+    let mut rx = informer.add_handler(HandlerOptions::default());
+    informer.start();
+    let mut view = View::default();
+    read_until(&mut rx, &mut view, |v| v.last.len() == 2).await;
+    server.create(&pods(), &pod("c", 1)).unwrap();
+    server.update(&pods(), &pod("a", 2)).unwrap();
+    server
+        .delete(&pods(), &ObjectKey::new(Some("ns"), "b"))
+        .unwrap();
+    read_until(&mut rx, &mut view, |v| v.log.len() == 5).await;
+    assert_eq!(view.live(), server_state(&server));
+    let cached = informer.indexer().get("ns/a").expect("cached");
+    assert_eq!(cached.label("gen"), Some("2"));
+    let json: serde_json::Value = serde_json::from_str(cached.json()).unwrap();
+    assert_eq!(
+        (json["apiVersion"].as_str(), json["kind"].as_str()),
+        (Some("v1"), Some("Pod"))
+    );
+    assert!(json.get("spec").is_none(), "no body cached: {json}");
+    informer.stop().await;
+}
+
 /// `wait_for_sync` is woken by the sync itself: on a paused clock no timer has to fire, and
 /// whoever it wakes finds the whole initial list cached.
 #[tokio::test(start_paused = true)]
