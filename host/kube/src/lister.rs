@@ -104,7 +104,17 @@ pub struct KubeListerWatcher {
     label_selector: Option<String>,
     field_selector: Option<String>,
     options: KubeSourceOptions,
+    /// Ask for `PartialObjectMetadata` ([`KubeListerWatcher::metadata_only`]).
+    metadata_only: bool,
 }
+
+/// The `Accept` of a metadata-only list: the `PartialObjectMetadataList` form, else whole
+/// objects (client-go's metadata client asks the same way), from a server without the form.
+const ACCEPT_METADATA_LIST: &str =
+    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+/// The `Accept` of a metadata-only watch (streaming lists included).
+const ACCEPT_METADATA_OBJECTS: &str =
+    "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
 
 impl fmt::Debug for KubeListerWatcher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -112,6 +122,7 @@ impl fmt::Debug for KubeListerWatcher {
             .field("path", &self.path)
             .field("label_selector", &self.label_selector)
             .field("field_selector", &self.field_selector)
+            .field("metadata_only", &self.metadata_only)
             .field("server", &self.client.origin().address)
             .finish()
     }
@@ -135,7 +146,18 @@ impl KubeListerWatcher {
             label_selector: label_selector.filter(|s| !s.is_empty()),
             field_selector: field_selector.filter(|s| !s.is_empty()),
             options,
+            metadata_only: false,
         }
+    }
+
+    /// Asks for objects as `meta.k8s.io/v1` `PartialObjectMetadata` (metadata with
+    /// managedFields, no body), as client-go's metadata informers do; a server that does not
+    /// serve that form for the type answers whole objects instead. Pair it with
+    /// [`ObjectDecoder::metadata_only`](kubeplug_informer::object::ObjectDecoder::metadata_only),
+    /// which takes either.
+    pub fn metadata_only(mut self) -> Self {
+        self.metadata_only = true;
+        self
     }
 
     fn describe(&self) -> String {
@@ -153,7 +175,18 @@ impl KubeListerWatcher {
         query
     }
 
-    fn request(&self, mut query: form_urlencoded::Serializer<'static, String>) -> Request<Body> {
+    /// A GET of the collection with `query`, accepting `metadata_form` when metadata only,
+    /// else plain JSON.
+    fn request(
+        &self,
+        mut query: form_urlencoded::Serializer<'static, String>,
+        metadata_form: &'static str,
+    ) -> Request<Body> {
+        let accept = if self.metadata_only {
+            metadata_form
+        } else {
+            "application/json"
+        };
         let query = query.finish();
         let uri = if query.is_empty() {
             self.path.clone()
@@ -161,7 +194,7 @@ impl KubeListerWatcher {
             format!("{}?{query}", self.path)
         };
         Request::get(uri)
-            .header(http::header::ACCEPT, "application/json")
+            .header(http::header::ACCEPT, accept)
             .body(Body::empty())
             .expect("a path and an encoded query make a valid URI")
     }
@@ -205,7 +238,7 @@ impl KubeListerWatcher {
             {
                 query.append_pair("resourceVersion", rv);
             }
-            self.request(query)
+            self.request(query, ACCEPT_METADATA_LIST)
         };
         let response = self.send(http_request).await?;
         let limit = self.options.max_list_bytes;
@@ -226,7 +259,7 @@ impl KubeListerWatcher {
                 )));
             }
         };
-        let page = wire::decode_list(&self.resource, &body)
+        let page = wire::decode_list(&self.resource, &body, self.metadata_only)
             .map_err(|e| SourceError::Decode(format!("{}: {e}", self.describe())))?;
         let max_object = self.options.max_line_bytes;
         if let Some(position) = page.items.iter().position(|i| i.len() > max_object) {
@@ -269,7 +302,7 @@ impl KubeListerWatcher {
                 query.append_pair("resourceVersionMatch", "NotOlderThan");
             }
             query.append_pair("timeoutSeconds", &timeout.to_string());
-            self.request(query)
+            self.request(query, ACCEPT_METADATA_OBJECTS)
         };
         let response = self.send(http_request).await?;
         debug!(path = %self.path, rv = %request.resource_version, timeout, "watch opened");

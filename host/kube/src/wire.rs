@@ -234,9 +234,17 @@ struct ListMeta {
     continue_token: Option<String>,
 }
 
-/// Decodes a list answer for `resource`: checks it is a `<Kind>List`, and returns its items as
-/// slices of `body`.
-pub fn decode_list(resource: &Resource, body: &Bytes) -> Result<ListPage, WireError> {
+/// The kind of a list in the metadata form (`meta.k8s.io/v1`).
+const METADATA_LIST_KIND: &str = "PartialObjectMetadataList";
+
+/// Decodes a list answer for `resource`: checks it is a `<Kind>List` (or, with
+/// `metadata_form`, a `PartialObjectMetadataList`, which a metadata-only request may get),
+/// and returns its items as slices of `body`.
+pub fn decode_list(
+    resource: &Resource,
+    body: &Bytes,
+    metadata_form: bool,
+) -> Result<ListPage, WireError> {
     let expected = format!("{}List", resource.kind);
     let bad = |reason: String| WireError::BadList {
         expected: expected.clone(),
@@ -246,6 +254,7 @@ pub fn decode_list(resource: &Resource, body: &Bytes) -> Result<ListPage, WireEr
     let list: ListBody<'_> = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
     match list.kind.as_deref() {
         Some(kind) if kind == expected => {}
+        Some(METADATA_LIST_KIND) if metadata_form => {}
         Some(kind) => return Err(bad(format!("its kind is {kind:?}"))),
         None => return Err(bad("it has no kind".to_owned())),
     }
@@ -332,7 +341,7 @@ mod tests {
     fn decodes_captured_list_pages() {
         let (code, _, body) = fixture("v1.32.0-rc.0/list-page1.http");
         assert_eq!(code, 200);
-        let page = decode_list(&configmaps(), &body).unwrap();
+        let page = decode_list(&configmaps(), &body, false).unwrap();
         assert_eq!(page.items.len(), 2);
         assert_eq!(page.resource_version, "216");
         assert!(page.continue_token.is_some());
@@ -341,11 +350,27 @@ mod tests {
         let range = body.as_ptr_range();
         assert!(page.items.iter().all(|item| range.contains(&item.as_ptr())));
         let (_, _, body) = fixture("v1.23.16/list-page1.http");
-        let page = decode_list(&configmaps(), &body).unwrap();
+        let page = decode_list(&configmaps(), &body, false).unwrap();
         assert_eq!((page.items.len(), page.continue_token), (1, None));
         let pods = Resource::new("", "v1", "Pod", "pods", true);
-        let error = decode_list(&pods, &body).unwrap_err();
+        let error = decode_list(&pods, &body, false).unwrap_err();
         assert!(error.to_string().contains("PodList"), "{error}");
+    }
+
+    /// Issue 24: a metadata-only list is answered as a `PartialObjectMetadataList`, which
+    /// only a request that asked for it takes.
+    #[test]
+    fn a_metadata_list_is_taken_when_asked_for() {
+        let body = Bytes::from_static(
+            br#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"7"},"items":[{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"a"}}]}"#,
+        );
+        let page = decode_list(&configmaps(), &body, true).unwrap();
+        assert_eq!((page.items.len(), page.resource_version.as_str()), (1, "7"));
+        let error = decode_list(&configmaps(), &body, false).unwrap_err();
+        assert!(
+            error.to_string().contains("PartialObjectMetadataList"),
+            "{error}"
+        );
     }
 
     #[test]

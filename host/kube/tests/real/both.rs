@@ -9,6 +9,9 @@ use http_body_util::BodyExt as _;
 use kube::client::Body;
 use kubeplug_envtest::Envtest;
 use kubeplug_fake_apiserver::{FakeApiServer, FakeOptions};
+use kubeplug_informer::informer::SharedIndexInformer;
+use kubeplug_informer::object::ObjectDecoder;
+use kubeplug_informer::reflector::ReflectorConfig;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::{ListRequest, ListerWatcher, WatchEvent, WatchRequest};
 use kubeplug_kube::config::{ConfigSource, KubeClient};
@@ -45,6 +48,7 @@ on_both_servers!(
     lists_a_namespaced_type_in_pages_and_honours_selectors,
     lists_and_watches_a_cluster_scoped_type,
     serves_lists_gets_and_watches_as_partial_object_metadata,
+    a_metadata_only_informer_caches_metadata_alone,
 );
 
 enum Backend {
@@ -449,4 +453,57 @@ async fn serves_lists_gets_and_watches_as_partial_object_metadata(server: Server
     assert_eq!(event["object"]["kind"], "PartialObjectMetadata", "{event}");
     assert_eq!(event["object"]["metadata"]["name"], "second");
     assert!(event["object"].get("data").is_none(), "{event}");
+}
+
+/// Issue 24: an informer whose source asks for `PartialObjectMetadata` and whose decoder
+/// takes it syncs (by a streaming list on the real server's etcd 3.5, by list-then-watch
+/// elsewhere), follows a change, and caches each ConfigMap as a ConfigMap with its metadata
+/// and no `data`.
+async fn a_metadata_only_informer_caches_metadata_alone(server: Server) {
+    let Some(cluster) = Cluster::start(server).await else {
+        return;
+    };
+    let namespace = cluster.namespace("meta-informer");
+    let resource = configmaps();
+    for name in ["first", "second"] {
+        cluster
+            .create(&resource, config_map(&namespace, name, "red"))
+            .await;
+    }
+    let source = cluster
+        .lister(resource.clone(), Some(&namespace), None, None)
+        .metadata_only();
+    // The server answers the source in the metadata form.
+    let page = source.list(ListRequest::default()).await.unwrap();
+    let item: serde_json::Value = serde_json::from_slice(&page.items[0]).unwrap();
+    assert_eq!(item["kind"], "PartialObjectMetadata", "{item}");
+    let informer = SharedIndexInformer::new(
+        std::sync::Arc::new(source),
+        ObjectDecoder::new(resource.clone()).metadata_only(),
+        ReflectorConfig::default(),
+    );
+    informer.start();
+    tokio::time::timeout(Duration::from_secs(60), informer.wait_for_sync())
+        .await
+        .expect("synced within a minute");
+    cluster
+        .create(&resource, config_map(&namespace, "third", "blue"))
+        .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while informer.indexer().len() < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the watch never delivered third"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for object in informer.indexer().list() {
+        let json: serde_json::Value = serde_json::from_str(object.json()).unwrap();
+        assert_eq!(json["kind"], "ConfigMap", "{json}");
+        assert_eq!(json["apiVersion"], "v1", "{json}");
+        assert!(json.get("data").is_none(), "a body was cached: {json}");
+        assert!(object.label("team").is_some(), "{json}");
+        assert!(json["metadata"].get("managedFields").is_none(), "{json}");
+    }
+    informer.stop().await;
 }
