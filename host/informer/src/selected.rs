@@ -74,22 +74,22 @@ impl SelectedPaths {
         let Ok(roots) = self.set.roots(json) else {
             return self.set.select_roots(json);
         };
-        let same: Vec<bool> = roots
+        // A root member is walked unless it is the same text as in the old version.
+        let walk: Vec<bool> = roots
             .iter()
             .zip(&*previous.roots)
             .map(|(new, old)| match (new, old) {
                 (Some(new), Some((start, end))) => {
-                    json[new.clone()] == old_json[*start as usize..*end as usize]
+                    json[new.clone()] != old_json[*start as usize..*end as usize]
                 }
-                (None, None) => true,
-                _ => false,
+                (None, None) => false,
+                _ => true,
             })
             .collect();
-        let walk: Vec<bool> = same.iter().map(|same| !same).collect();
         let mut values = self.set.select_under(json, &roots, &walk);
         for (path, values) in values.iter_mut().enumerate() {
             let root = self.set.root_of(path);
-            if !same[root] {
+            if walk[root] {
                 continue;
             }
             let (Some(new_root), Some((old_root, _))) = (&roots[root], previous.roots[root]) else {
@@ -308,7 +308,7 @@ impl<'o> Selection<'o> {
     }
 
     /// The values, or `None` when malformed.
-    pub(crate) fn into_values(self) -> Option<Vec<&'o str>> {
+    pub fn into_values(self) -> Option<Vec<&'o str>> {
         match self {
             Self::Values(values) => Some(values.collect()),
             Self::Malformed => None,

@@ -271,22 +271,6 @@ impl PathSet {
         &self.paths
     }
 
-    /// Calls `found` with the number of a path and the raw text of a value it selects in
-    /// `json`, for every path in one walk. A path's values come in document order; the
-    /// values of different paths interleave.
-    ///
-    /// An error means `json` is malformed where the walk went, on the way of any of the
-    /// paths; `found` may have been called before. [`select`](Self::select) keeps each
-    /// path's outcome apart.
-    pub fn for_each_raw<'a>(
-        &self,
-        json: &'a str,
-        mut found: impl FnMut(usize, &'a str),
-    ) -> Result<(), ScanError> {
-        let mut roots = vec![None; self.root_count()];
-        self.trie.walk(json, &mut found, &mut roots)
-    }
-
     /// Each path's raw values in `json`, or the error that stopped its walk, as if each
     /// path were evaluated alone: one walk when `json` is well-formed where it goes, and
     /// one per path only when it is not.
@@ -616,21 +600,19 @@ mod tests {
         // ...but a nested object's end is still found, across strings and brackets in them.
         let json = r#"{"o":{"x":"}","y":{"z":"]"},"w":[{}]},"p":{"x":2}}"#;
         assert_eq!(raw("o.x", json), [r#""}""#]);
-        let set = set(&["o.x", "p.x"]);
-        let mut got = Vec::new();
-        set.for_each_raw(json, |path, raw| got.push((path, raw)))
-            .unwrap();
-        assert_eq!(got, [(0, r#""}""#), (1, "2")]);
+        let selected = set(&["o.x", "p.x"]).select(json);
+        assert_eq!(selected[0].as_deref().unwrap(), [r#""}""#]);
+        assert_eq!(selected[1].as_deref().unwrap(), ["2"]);
         // Sixty-five fields under one object: the many-field bookkeeping.
         let paths: Vec<String> = (0..65).map(|i| format!("f{i}")).collect();
         let members: Vec<String> = (0..65).rev().map(|i| format!(r#""f{i}":{i}"#)).collect();
         let json = format!("{{{},\"f0\":99}}", members.join(","));
         let set = PathSet::new(paths.iter().map(|p| FieldPath::parse(p).unwrap()));
-        let mut got = vec![Vec::new(); 65];
-        set.for_each_raw(&json, |path, raw| got[path].push(raw.to_owned()))
-            .unwrap();
+        let got = set.select(&json);
         assert!(
-            got.iter().enumerate().all(|(i, v)| *v == [i.to_string()]),
+            got.iter()
+                .enumerate()
+                .all(|(i, v)| *v.as_deref().unwrap() == [i.to_string()]),
             "{got:?}"
         );
     }
@@ -719,9 +701,7 @@ mod tests {
             "h",
         ];
         let set = set(&paths);
-        let mut got = vec![Vec::new(); paths.len()];
-        set.for_each_raw(json, |path, raw| got[path].push(raw))
-            .unwrap();
+        let got: Vec<Vec<&str>> = set.select(json).into_iter().map(Result::unwrap).collect();
         for (path, values) in paths.iter().zip(&got) {
             assert_eq!(values, &raw(path, json), "{path}");
         }
@@ -832,8 +812,9 @@ mod tests {
             let root = Value::Object([("a".to_owned(), value.clone()), ("b".to_owned(), value)].into_iter().collect());
             let text = if pretty { serde_json::to_string_pretty(&root) } else { serde_json::to_string(&root) }.unwrap();
             let set = PathSet::new(paths.iter().map(|p| FieldPath::parse(p).unwrap()));
-            let mut got = vec![Vec::new(); paths.len()];
-            set.for_each_raw(&text, |path, raw| got[path].push(serde_json::from_str::<Value>(raw).unwrap())).unwrap();
+            let got = set.select(&text).into_iter().map(|values| {
+                values.unwrap().into_iter().map(|raw| serde_json::from_str::<Value>(raw).unwrap()).collect::<Vec<_>>()
+            });
             for (path, values) in set.paths().iter().zip(got) {
                 let want: Vec<Value> = reference(&root, &path.steps).into_iter().cloned().collect();
                 prop_assert_eq!(values, want, "{}", path);

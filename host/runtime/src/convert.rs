@@ -75,25 +75,22 @@ pub(crate) fn projected(object: &Object, projections: &Projections) -> Vec<wit::
     if projections.is_empty() {
         return Vec::new();
     }
-    let kept: Option<Vec<Selection<'_>>> = projections
+    let kept: Option<Vec<Option<Vec<&str>>>> = projections
         .iter()
-        .map(|projection| object.selected(&projection.path))
+        .map(|projection| {
+            object
+                .selected(&projection.path)
+                .map(Selection::into_values)
+        })
         .collect();
-    let raw_values: Vec<Option<Vec<&str>>> = match kept {
-        Some(kept) => kept
-            .into_iter()
-            .map(|selection| match selection {
-                Selection::Values(values) => Some(values.collect()),
-                Selection::Malformed => None,
-            })
-            .collect(),
-        None => projections
+    let raw_values = kept.unwrap_or_else(|| {
+        projections
             .paths()
             .select(object.json())
             .into_iter()
             .map(Result::ok)
-            .collect(),
-    };
+            .collect()
+    });
     projections
         .iter()
         .zip(raw_values)
