@@ -1,9 +1,16 @@
 //! SharedInformerFactory: one informer per (resource, namespace, selectors), shared by every
 //! handler that asks for it, started on the first subscription and stopped after the last.
+//!
+//! An informer whose users all read metadata alone lists and watches metadata alone, when
+//! the provider can serve it ([`SourceProvider::metadata_lister_watcher`]): the first user
+//! that needs bodies switches it to whole objects, and the last one's going switches it
+//! back ([`SharedIndexInformer::switch_source`]).
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use tracing::{info, warn};
 
 use crate::informer::{HandlerOptions, SharedIndexInformer};
 use crate::listener::{ListenerId, ListenerReceiver};
@@ -118,6 +125,17 @@ pub trait SourceProvider: Send + Sync + 'static {
     fn decoder(&self, resource: &Resource) -> ObjectDecoder {
         ObjectDecoder::new(resource.clone())
     }
+
+    /// A source for `key` that sends each object's metadata alone (`PartialObjectMetadata`),
+    /// for informers whose users read nothing else; `None` (the default) when the provider
+    /// cannot serve that form, and such informers get whole objects.
+    fn metadata_lister_watcher(
+        &self,
+        key: &InformerKey,
+    ) -> Result<Option<Arc<dyn ListerWatcher>>, FactoryError> {
+        let _ = key;
+        Ok(None)
+    }
 }
 
 /// Creates, shares and stops informers. Cheap to clone.
@@ -139,6 +157,19 @@ struct FactoryInner {
 struct Shared {
     informer: SharedIndexInformer,
     users: usize,
+    /// Users that need objects' bodies. Invariant: while nonzero the informer's source sends
+    /// whole objects; while zero it sends metadata alone if the provider can.
+    body_users: usize,
+}
+
+/// Whether a user of an informer needs objects' bodies (JSON, projections, path indexes) or
+/// reads their metadata alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    /// The whole object.
+    Bodies,
+    /// Metadata alone: a metadata-only informer does.
+    Metadata,
 }
 
 impl FactoryInner {
@@ -148,15 +179,35 @@ impl FactoryInner {
             .expect("informer factory lock poisoned by a panic")
     }
 
-    /// The informer for `key`, created and started if needed, with one more user.
-    fn acquire(&self, key: &InformerKey) -> Result<SharedIndexInformer, FactoryError> {
+    /// The informer for `key`, created and started if needed, with one more user; switched to
+    /// whole objects if this user is the first that needs them.
+    fn acquire(
+        &self,
+        key: &InformerKey,
+        needs: Needs,
+    ) -> Result<SharedIndexInformer, FactoryError> {
         let mut informers = self.informers();
+        let bodies = usize::from(needs == Needs::Bodies);
         if let Some(shared) = informers.get_mut(key) {
+            if bodies == 1 && shared.body_users == 0 && shared.informer.is_metadata_only() {
+                let source = self.provider.lister_watcher(key)?;
+                info!(informer = %key, "a user needs whole objects; listing them again");
+                let decoder = self.provider.decoder(&key.resource);
+                shared.informer.switch_source(source, decoder);
+            }
             shared.users += 1;
+            shared.body_users += bodies;
             return Ok(shared.informer.clone());
         }
-        let source = self.provider.lister_watcher(key)?;
+        let metadata_source = match needs {
+            Needs::Metadata => self.provider.metadata_lister_watcher(key)?,
+            Needs::Bodies => None,
+        };
         let decoder = self.provider.decoder(&key.resource);
+        let (source, decoder) = match metadata_source {
+            Some(source) => (source, decoder.metadata_only()),
+            None => (self.provider.lister_watcher(key)?, decoder),
+        };
         let informer = SharedIndexInformer::with_error_handler(
             source,
             decoder,
@@ -169,21 +220,40 @@ impl FactoryInner {
             Shared {
                 informer: informer.clone(),
                 users: 1,
+                body_users: bodies,
             },
         );
         Ok(informer)
     }
 
-    /// One user less; the last one stops the informer.
-    fn release(&self, key: &InformerKey) {
+    /// One user less; the last one stops the informer, and the last that needed bodies
+    /// switches it to metadata alone when the provider can serve that.
+    fn release(&self, key: &InformerKey, needs: Needs) {
         let mut informers = self.informers();
         let Some(shared) = informers.get_mut(key) else {
             return;
         };
         shared.users -= 1;
+        if needs == Needs::Bodies {
+            shared.body_users -= 1;
+        }
         if shared.users == 0 {
             let shared = informers.remove(key).expect("present");
             shared.informer.shutdown();
+            return;
+        }
+        if shared.body_users > 0 || shared.informer.is_metadata_only() {
+            return;
+        }
+        match self.provider.metadata_lister_watcher(key) {
+            Ok(Some(source)) => {
+                info!(informer = %key, "no user needs whole objects; listing metadata alone");
+                let decoder = self.provider.decoder(&key.resource).metadata_only();
+                shared.informer.switch_source(source, decoder);
+            }
+            Ok(None) => {}
+            // It served before: keep the whole objects rather than fail.
+            Err(error) => warn!(informer = %key, %error, "cannot switch to metadata alone"),
         }
     }
 }
@@ -226,13 +296,18 @@ impl SharedInformerFactory {
         options: HandlerOptions,
     ) -> Result<Subscription, FactoryError> {
         let key = key.canonical()?;
-        let informer = self.inner.acquire(&key)?;
+        let needs = match options.metadata_only {
+            true => Needs::Metadata,
+            false => Needs::Bodies,
+        };
+        let informer = self.inner.acquire(&key, needs)?;
         let receiver = informer.add_handler(options);
         Ok(Subscription {
             registration: Registration {
                 listener: receiver.id(),
                 informer,
                 key,
+                needs,
                 factory: Arc::downgrade(&self.inner),
             },
             receiver,
@@ -240,13 +315,15 @@ impl SharedInformerFactory {
     }
 
     /// Keeps the informer for `key` running (creating it if needed) without a handler: for
-    /// readers of its cache. Must be called within a tokio runtime.
-    pub fn lease(&self, key: InformerKey) -> Result<InformerLease, FactoryError> {
+    /// readers of its cache, who need what `needs` says. Must be called within a tokio
+    /// runtime.
+    pub fn lease(&self, key: InformerKey, needs: Needs) -> Result<InformerLease, FactoryError> {
         let key = key.canonical()?;
-        let informer = self.inner.acquire(&key)?;
+        let informer = self.inner.acquire(&key, needs)?;
         Ok(InformerLease {
             informer,
             key,
+            needs,
             factory: Arc::downgrade(&self.inner),
         })
     }
@@ -338,6 +415,7 @@ pub struct Registration {
     listener: ListenerId,
     informer: SharedIndexInformer,
     key: InformerKey,
+    needs: Needs,
     factory: Weak<FactoryInner>,
 }
 
@@ -366,7 +444,7 @@ impl Drop for Registration {
     fn drop(&mut self) {
         self.informer.remove_handler(self.listener);
         if let Some(factory) = self.factory.upgrade() {
-            factory.release(&self.key);
+            factory.release(&self.key, self.needs);
         }
     }
 }
@@ -375,6 +453,7 @@ impl Drop for Registration {
 pub struct InformerLease {
     informer: SharedIndexInformer,
     key: InformerKey,
+    needs: Needs,
     factory: Weak<FactoryInner>,
 }
 
@@ -389,12 +468,17 @@ impl InformerLease {
     pub fn informer(&self) -> &SharedIndexInformer {
         &self.informer
     }
+
+    /// What the informer watches.
+    pub fn key(&self) -> &InformerKey {
+        &self.key
+    }
 }
 
 impl Drop for InformerLease {
     fn drop(&mut self) {
         if let Some(factory) = self.factory.upgrade() {
-            factory.release(&self.key);
+            factory.release(&self.key, self.needs);
         }
     }
 }

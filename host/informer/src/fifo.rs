@@ -6,7 +6,7 @@
 //! holding the FIFO lock during `Pop`'s process function).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
@@ -73,6 +73,9 @@ struct State {
     populated: bool,
     /// Keys queued by the first `replace` that have not been popped yet.
     initial_population_count: usize,
+    /// The newest `replace` whose keys are not all popped yet: its source generation, and
+    /// how many pops remain until every key queued then has been popped.
+    relisting: Option<(u64, usize)>,
     closed: bool,
 }
 
@@ -130,6 +133,9 @@ pub struct DeltaFifo {
     synced: Arc<AtomicBool>,
     /// Wakes every [`wait_for_sync`](Self::wait_for_sync) once `synced` turns true.
     synced_now: Notify,
+    /// The source generation of the newest `replace` whose keys have all been popped (and
+    /// processed): written under the lock, so that readers holding it see the latest.
+    relisted: AtomicU64,
 }
 
 impl std::fmt::Debug for DeltaFifo {
@@ -151,6 +157,7 @@ impl DeltaFifo {
             known,
             synced: Arc::default(),
             synced_now: Notify::new(),
+            relisted: AtomicU64::new(0),
         }
     }
 
@@ -193,7 +200,11 @@ impl DeltaFifo {
 
     /// Replaces the whole state with a (re)list: a `Replaced` delta per listed object, and a
     /// tombstone `Deleted` for every cached or queued key that the list no longer has.
-    pub fn replace(&self, objects: Vec<Arc<Object>>) {
+    ///
+    /// `generation` numbers the source the list came from (see
+    /// [`SharedIndexInformer::switch_source`](crate::informer::SharedIndexInformer::switch_source));
+    /// once every key queued now has been popped, [`relisted`](Self::relisted) says so.
+    pub fn replace(&self, objects: Vec<Arc<Object>>, generation: u64) {
         let mut state = self.lock();
         let listed: HashSet<ObjectKey> = objects.iter().map(|o| o.key().clone()).collect();
         let listed_count = listed.len();
@@ -228,6 +239,9 @@ impl DeltaFifo {
             state.initial_population_count = listed_count + queued_deletions;
             self.update_synced(&state);
         }
+        // Earlier keys are queued ahead of these: popping the whole queue covers every one.
+        state.relisting = Some((generation, state.queue.len()));
+        self.update_relisted(&mut state);
         drop(state);
         self.ready.notify_one();
     }
@@ -246,6 +260,24 @@ impl DeltaFifo {
         if queued {
             self.ready.notify_one();
         }
+    }
+
+    /// Marks the relist done once its keys have all been popped.
+    fn update_relisted(&self, state: &mut State) {
+        if let Some((generation, 0)) = state.relisting {
+            state.relisting = None;
+            self.relisted.fetch_max(generation, Ordering::AcqRel);
+        }
+    }
+
+    /// The source generation of the newest relist whose keys have all been popped: once
+    /// they are processed, the consumer's cache holds only objects from that source or a
+    /// newer one. In [`pop`](Self::pop)'s process function it counts the key being
+    /// processed, so that what follows its processing there may act on the relist done.
+    /// Read it while holding the FIFO (there or in [`exclusive`](Self::exclusive)) for a
+    /// value that cannot move meanwhile.
+    pub fn relisted(&self) -> u64 {
+        self.relisted.load(Ordering::Acquire)
     }
 
     fn update_synced(&self, state: &State) {
@@ -272,6 +304,11 @@ impl DeltaFifo {
                     let in_initial_list = !(state.populated && state.initial_population_count == 0);
                     state.initial_population_count =
                         state.initial_population_count.saturating_sub(1);
+                    if let Some((_, remaining)) = &mut state.relisting {
+                        *remaining -= 1;
+                    }
+                    // Before `process`, which can then act on the relist it completes.
+                    self.update_relisted(&mut state);
                     let process = process.take().expect("process runs once");
                     if let Processed::Requeue(deltas) =
                         process(key.clone(), deltas, in_initial_list)
@@ -408,7 +445,7 @@ mod tests {
         let (fifo, mut cache) = fifo();
         fifo.add(obj("a", 1));
         fifo.delete(obj("a", 2));
-        fifo.replace(vec![]); // would add a tombstone delete right after the real one
+        fifo.replace(vec![], 0); // would add a tombstone delete right after the real one
         let (_, deltas) = pop_one(&fifo, &mut cache).await;
         assert_eq!(
             deltas,
@@ -426,12 +463,12 @@ mod tests {
     #[tokio::test]
     async fn replace_emits_tombstones_for_cached_and_queued_keys() {
         let (fifo, mut cache) = fifo();
-        fifo.replace(vec![obj("cached", 1), obj("kept", 2)]);
+        fifo.replace(vec![obj("cached", 1), obj("kept", 2)], 0);
         pop_one(&fifo, &mut cache).await;
         pop_one(&fifo, &mut cache).await;
         fifo.add(obj("queued-only", 3));
 
-        fifo.replace(vec![obj("kept", 4)]);
+        fifo.replace(vec![obj("kept", 4)], 0);
         let mut popped = Vec::new();
         while !fifo.is_empty() {
             popped.push(pop_one(&fifo, &mut cache).await);
@@ -455,7 +492,7 @@ mod tests {
     async fn has_synced_only_after_initial_items_are_popped() {
         let (fifo, mut cache) = fifo();
         assert!(!fifo.has_synced());
-        fifo.replace(vec![obj("a", 1), obj("b", 2)]);
+        fifo.replace(vec![obj("a", 1), obj("b", 2)], 0);
         assert!(!fifo.has_synced());
         pop_one(&fifo, &mut cache).await;
         assert!(!fifo.has_synced());
@@ -467,14 +504,34 @@ mod tests {
     #[tokio::test]
     async fn empty_initial_list_is_synced_at_once() {
         let (fifo, _cache) = fifo();
-        fifo.replace(vec![]);
+        fifo.replace(vec![], 0);
         assert!(fifo.has_synced());
+    }
+
+    #[tokio::test]
+    async fn a_relist_is_done_once_every_key_queued_before_it_is_popped() {
+        let (fifo, mut cache) = fifo();
+        // Nothing to queue: done at once.
+        fifo.replace(vec![], 2);
+        assert_eq!(fifo.relisted(), 2);
+        fifo.replace(vec![obj("a", 1)], 2);
+        fifo.add(obj("early", 2));
+        fifo.replace(vec![obj("a", 3), obj("b", 4)], 7);
+        // a, early (queued before the relist, and gone from it: a tombstone), b.
+        assert_eq!(fifo.relisted(), 2);
+        pop_one(&fifo, &mut cache).await;
+        fifo.add(obj("late", 5));
+        pop_one(&fifo, &mut cache).await;
+        assert_eq!(fifo.relisted(), 2);
+        pop_one(&fifo, &mut cache).await;
+        assert_eq!(fifo.relisted(), 7, "late came after the relist");
+        assert_eq!(pop_one(&fifo, &mut cache).await.0.as_str(), "ns/late");
     }
 
     #[tokio::test]
     async fn resync_skips_keys_with_queued_deltas() {
         let (fifo, mut cache) = fifo();
-        fifo.replace(vec![obj("a", 1), obj("b", 2)]);
+        fifo.replace(vec![obj("a", 1), obj("b", 2)], 0);
         pop_one(&fifo, &mut cache).await;
         pop_one(&fifo, &mut cache).await;
         fifo.update(obj("a", 3));

@@ -6,12 +6,12 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use kubeplug_json::path::FieldPath;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -21,7 +21,8 @@ use crate::indexer::{Indexer, IndexerWriter, new_indexer};
 use crate::listener::{BufferPolicy, Listener, ListenerId, ListenerReceiver, Notification};
 use crate::object::ObjectDecoder;
 use crate::reflector::{
-    Reflector, ReflectorConfig, ReflectorCounts, ReflectorError, ReflectorStats, WatchErrorHandler,
+    Reflector, ReflectorConfig, ReflectorCounts, ReflectorError, ReflectorStats, SourceSwitch,
+    WatchErrorHandler,
 };
 use crate::source::ListerWatcher;
 
@@ -44,6 +45,11 @@ pub struct HandlerOptions {
     /// the handler is, so that their values are selected once when an object is stored and
     /// shared by every handler that reads them ([`Object::selected`](crate::object::Object::selected)).
     pub projections: Vec<FieldPath>,
+    /// The handler reads each object's metadata alone (no JSON, no projections, no path
+    /// indexes), so objects without bodies do for it: added while the informer switches to
+    /// a source with bodies ([`switch_source`](SharedIndexInformer::switch_source)), it
+    /// starts at once instead of after the relist.
+    pub metadata_only: bool,
 }
 
 /// A shared informer for one resource (and namespace and selectors, fixed by its source).
@@ -97,6 +103,11 @@ struct Inner {
     /// Taken by the task that processes deltas, its only writer.
     writer: Mutex<Option<IndexerWriter>>,
     reflector: Mutex<Option<Reflector>>,
+    /// The Reflector's source; the newest value is the one it uses or is switching to.
+    switches: watch::Sender<SourceSwitch>,
+    /// The generation of the newest source with bodies: handlers that need bodies wait for
+    /// its relist ([`DeltaFifo::relisted`]) before they start.
+    bodies_since: AtomicU64,
     reflector_stats: Arc<ReflectorStats>,
     started: AtomicBool,
     cancel: CancellationToken,
@@ -107,17 +118,33 @@ struct Inner {
 
 struct Processor {
     listeners: Vec<Listener>,
+    /// Handlers that need bodies, added while the informer switches to a source with them.
+    waiting: Vec<Waiting>,
     /// Listeners whose resync was due at the last check: the only ones that get Sync
     /// notifications.
     syncing: HashSet<ListenerId>,
     next_id: u64,
 }
 
+/// A handler that starts (the cache replayed to it) once the relist from source generation
+/// `relist` has been processed, when every cached object has its body.
+struct Waiting {
+    relist: u64,
+    listener: Listener,
+    /// The handler's synced flag, false until it starts.
+    synced: Arc<AtomicBool>,
+}
+
 impl Inner {
     fn shutdown(&self) {
         self.cancel.cancel();
         self.fifo.close();
-        for listener in &lock(&self.processor).listeners {
+        let processor = lock(&self.processor);
+        for listener in processor
+            .listeners
+            .iter()
+            .chain(processor.waiting.iter().map(|w| &w.listener))
+        {
             listener.close();
         }
     }
@@ -163,7 +190,13 @@ impl SharedIndexInformer {
     ) -> Self {
         let (writer, indexer) = new_indexer();
         let fifo = Arc::new(DeltaFifo::new(indexer.clone()));
-        let mut reflector = Reflector::new(source, decoder, fifo.clone(), config);
+        let (switches, switched) = watch::channel(SourceSwitch {
+            source: source.clone(),
+            decoder: decoder.clone(),
+            generation: 0,
+        });
+        let mut reflector =
+            Reflector::new(source, decoder, fifo.clone(), config).with_switches(switched);
         if let Some(handler) = on_error {
             reflector = reflector.with_error_handler(handler);
         }
@@ -172,12 +205,15 @@ impl SharedIndexInformer {
             indexer,
             processor: Mutex::new(Processor {
                 listeners: Vec::new(),
+                waiting: Vec::new(),
                 syncing: HashSet::new(),
                 next_id: 0,
             }),
             writer: Mutex::new(Some(writer)),
             reflector_stats: reflector.stats(),
             reflector: Mutex::new(Some(reflector)),
+            switches,
+            bodies_since: AtomicU64::new(0),
             started: AtomicBool::new(false),
             cancel: CancellationToken::new(),
             tasks: Mutex::new(Vec::new()),
@@ -241,38 +277,80 @@ impl SharedIndexInformer {
             let mut processor = lock(&inner.processor);
             let id = ListenerId(processor.next_id);
             processor.next_id += 1;
+            let started = inner.started.load(Ordering::Acquire);
+            let bodies_since = inner.bodies_since.load(Ordering::Acquire);
+            let waits = started && !options.metadata_only && inner.fifo.relisted() < bodies_since;
+            // A waiting handler has not synced until it starts, whatever the informer has.
+            let synced = match waits {
+                true => Arc::new(AtomicBool::new(false)),
+                false => inner.fifo.synced_flag(),
+            };
             let (mut listener, receiver) = Listener::new(
                 id,
                 options.buffer,
                 options.budget,
                 options.resync_period,
-                inner.fifo.synced_flag(),
+                synced.clone(),
             );
             listener.keep_projections(projections);
-            if inner.started.load(Ordering::Acquire) {
-                for object in inner.indexer.list() {
-                    listener.push(Notification::Add {
-                        object,
-                        in_initial_list: true,
-                    });
+            if waits {
+                processor.waiting.push(Waiting {
+                    relist: bodies_since,
+                    listener,
+                    synced,
+                });
+            } else {
+                if started {
+                    replay_cache(&inner.indexer, &mut listener);
                 }
+                processor.listeners.push(listener);
             }
-            processor.listeners.push(listener);
             receiver
         });
         inner.handlers_changed.notify_one();
         receiver
     }
 
+    /// Lists and watches `source` from now on, decoding with `decoder`: whatever the
+    /// Reflector was doing is dropped, and a fresh list from `source` replaces the cache.
+    /// Handlers see the switch as a relist (client-go's Replace): no repeated adds, updates
+    /// only for objects whose resourceVersion changed, deletions (tombstones) for objects
+    /// gone. The factory switches between whole objects and metadata alone this way.
+    ///
+    /// When the decoder keeps bodies, handlers added from now on that need them
+    /// ([`HandlerOptions::metadata_only`] unset) start once the relist has been processed,
+    /// so that the cache replayed to them holds bodies.
+    pub fn switch_source(&self, source: Arc<dyn ListerWatcher>, decoder: ObjectDecoder) {
+        let inner = &self.inner;
+        inner.switches.send_modify(|current| {
+            let generation = current.generation + 1;
+            if !decoder.is_metadata_only() {
+                inner.bodies_since.store(generation, Ordering::Release);
+            }
+            *current = SourceSwitch {
+                source,
+                decoder,
+                generation,
+            };
+        });
+    }
+
+    /// Whether the source in use, or being switched to, sends metadata alone.
+    pub fn is_metadata_only(&self) -> bool {
+        self.inner.switches.borrow().decoder.is_metadata_only()
+    }
+
     /// Unregisters a handler at once: its receiver returns `None`, its backlog is dropped.
     pub fn remove_handler(&self, id: ListenerId) {
         let mut processor = lock(&self.inner.processor);
-        processor.listeners.retain(|l| {
+        let unregister = |l: &Listener| {
             if l.id() == id {
                 l.close();
             }
             l.id() != id
-        });
+        };
+        processor.listeners.retain(unregister);
+        processor.waiting.retain(|w| unregister(&w.listener));
         drop(processor);
         self.inner.handlers_changed.notify_one();
     }
@@ -281,7 +359,8 @@ impl SharedIndexInformer {
     pub fn handler_count(&self) -> usize {
         let mut processor = lock(&self.inner.processor);
         processor.listeners.retain(|l| !l.is_closed());
-        processor.listeners.len()
+        processor.waiting.retain(|w| !w.listener.is_closed());
+        processor.listeners.len() + processor.waiting.len()
     }
 
     /// The informer's cache.
@@ -332,6 +411,7 @@ async fn process_deltas(inner: Arc<Inner>, mut writer: IndexerWriter) {
         let more = fifo
             .pop(|_, deltas, in_initial_list| {
                 handle_deltas(&inner, &mut writer, deltas, in_initial_list);
+                start_waiting(&inner, fifo.relisted());
                 Processed::Done
             })
             .await;
@@ -373,6 +453,40 @@ fn handle_deltas(inner: &Inner, writer: &mut IndexerWriter, deltas: Deltas, in_i
                 }
             },
         }
+    }
+}
+
+/// Starts the handlers waiting for a relist up to generation `relisted`: the cache is
+/// replayed to each. Called with the FIFO locked, after a key's deltas were processed.
+fn start_waiting(inner: &Inner, relisted: u64) {
+    let mut processor = lock(&inner.processor);
+    if processor.waiting.is_empty() {
+        return;
+    }
+    let (ready, waiting): (Vec<Waiting>, Vec<Waiting>) = std::mem::take(&mut processor.waiting)
+        .into_iter()
+        .partition(|w| w.relist <= relisted);
+    processor.waiting = waiting;
+    for Waiting {
+        mut listener,
+        synced,
+        ..
+    } in ready
+    {
+        replay_cache(&inner.indexer, &mut listener);
+        // The relist came after the first list: the informer has synced.
+        synced.store(true, Ordering::Release);
+        processor.listeners.push(listener);
+    }
+}
+
+/// Hands `listener` the whole cache as adds flagged `in_initial_list`.
+fn replay_cache(indexer: &Indexer, listener: &mut Listener) {
+    for object in indexer.list() {
+        listener.push(Notification::Add {
+            object,
+            in_initial_list: true,
+        });
     }
 }
 

@@ -3,7 +3,8 @@
 //! Written as a state machine (`State` plus `Reflector::step`): each state says what we
 //! know and what we wait for. List (page by page) into `Replace`, watch from the list's
 //! resourceVersion, re-watch from the last version seen when a watch ends, relist on `410
-//! Gone`, and back off exponentially with jitter on other errors.
+//! Gone`, and back off exponentially with jitter on other errors. A switch of the source
+//! ([`SourceSwitch`]) drops whatever the Reflector was doing and lists from the new one.
 
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 use futures::{FutureExt as _, StreamExt};
 use indexmap::IndexMap;
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
@@ -262,10 +264,26 @@ enum State {
     Backoff { until: Instant, then: Box<State> },
 }
 
+/// What a Reflector lists and watches and how it decodes, numbered: the FIFO learns from
+/// the number which source a relist came from ([`DeltaFifo::relisted`]).
+#[derive(Clone)]
+pub struct SourceSwitch {
+    /// The new source.
+    pub source: Arc<dyn ListerWatcher>,
+    /// How to decode its objects.
+    pub decoder: ObjectDecoder,
+    /// Greater than that of every earlier source.
+    pub generation: u64,
+}
+
 /// ListAndWatch for one resource into a [`DeltaFifo`]. See the module docs.
 pub struct Reflector {
     source: Arc<dyn ListerWatcher>,
     decoder: ObjectDecoder,
+    /// Numbers `source`: 0 for the first.
+    generation: u64,
+    /// Newer sources, taken by [`run`](Self::run); a sender of one value only waits for none.
+    switches: Option<watch::Receiver<SourceSwitch>>,
     fifo: Arc<DeltaFifo>,
     config: ReflectorConfig,
     on_error: Option<WatchErrorHandler>,
@@ -289,6 +307,8 @@ impl Reflector {
         Self {
             source,
             decoder,
+            generation: 0,
+            switches: None,
             fifo,
             config,
             on_error: None,
@@ -304,6 +324,14 @@ impl Reflector {
         self
     }
 
+    /// Switches to each source `switches` sees from now on: whatever the Reflector is doing
+    /// is dropped (an open watch closes) and a fresh list from the new source replaces the
+    /// FIFO's state, so handlers see the switch as a relist.
+    pub fn with_switches(mut self, switches: watch::Receiver<SourceSwitch>) -> Self {
+        self.switches = Some(switches);
+        self
+    }
+
     /// The counters, shared.
     pub fn stats(&self) -> Arc<ReflectorStats> {
         self.stats.clone()
@@ -313,15 +341,36 @@ impl Reflector {
     pub async fn run(mut self, cancel: CancellationToken) {
         let span = info_span!("reflector", resource = %self.decoder.resource());
         async move {
+            let mut switches = self.switches.take();
+            if let Some(switches) = &mut switches {
+                let newest = switches.borrow_and_update().clone();
+                if newest.generation != self.generation {
+                    self.switch(newest);
+                }
+            }
             let mut state = State::List;
             loop {
                 // A panic in a step (a bug, or a source that panicked) must not end the
                 // informer's only Reflector silently: it is counted, logged, and followed by
                 // a fresh list after a back-off, the way a failed list is.
                 let step = AssertUnwindSafe(self.step(state)).catch_unwind();
+                let switched = async {
+                    match &mut switches {
+                        Some(switches) => match switches.changed().await {
+                            Ok(()) => switches.borrow_and_update().clone(),
+                            // The informer is gone; cancellation follows.
+                            Err(_) => std::future::pending().await,
+                        },
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     biased;
                     () = cancel.cancelled() => return,
+                    switch = switched => {
+                        self.switch(switch);
+                        state = State::List;
+                    }
                     next = step => state = match next {
                         Ok(next) => next,
                         Err(payload) => self.after_panic(payload.as_ref()),
@@ -331,6 +380,18 @@ impl Reflector {
         }
         .instrument(span)
         .await
+    }
+
+    fn switch(&mut self, switch: SourceSwitch) {
+        debug!(
+            generation = switch.generation,
+            metadata_only = switch.decoder.is_metadata_only(),
+            "switching source; listing again"
+        );
+        self.source = switch.source;
+        self.decoder = switch.decoder;
+        self.generation = switch.generation;
+        self.streaming_refused = false;
     }
 
     fn resource(&self) -> String {
@@ -434,7 +495,7 @@ impl Reflector {
                     None => {
                         debug!(objects = items.len(), rv = %page.resource_version, "listed");
                         self.stats.listed();
-                        self.fifo.replace(items);
+                        self.fifo.replace(items, self.generation);
                         self.stats
                             .set_last_sync_resource_version(&page.resource_version);
                         State::Watch {
@@ -611,7 +672,7 @@ impl Reflector {
                 {
                     debug!(objects = items.len(), rv = %resource_version, "streamed initial list");
                     self.stats.listed();
-                    self.fifo.replace(items);
+                    self.fifo.replace(items, self.generation);
                 }
             }
             WatchEvent::Error(status) => {

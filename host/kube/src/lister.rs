@@ -6,6 +6,8 @@
 
 use std::fmt;
 use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,11 +21,11 @@ use kubeplug_informer::source::{
     ListPage, ListRequest, ListerWatcher, SourceError, Status, WatchEvent, WatchRequest,
     WatchStream,
 };
-use tracing::debug;
+use tracing::{debug, info};
 
 use crate::config::{KubeClient, error_chain};
 use crate::paths::collection_path;
-use crate::wire::{self, LineSplitter};
+use crate::wire::{self, LineSplitter, ListForm};
 
 /// How a [`KubeListerWatcher`] behaves; the defaults suit a real cluster.
 #[derive(Debug, Clone)]
@@ -106,6 +108,8 @@ pub struct KubeListerWatcher {
     options: KubeSourceOptions,
     /// Ask for `PartialObjectMetadata` ([`KubeListerWatcher::metadata_only`]).
     metadata_only: bool,
+    /// A metadata-only list was answered with whole objects, and the log said so once.
+    told_whole_objects: Arc<AtomicBool>,
 }
 
 /// The `Accept` of a metadata-only list: the `PartialObjectMetadataList` form, else whole
@@ -147,6 +151,7 @@ impl KubeListerWatcher {
             field_selector: field_selector.filter(|s| !s.is_empty()),
             options,
             metadata_only: false,
+            told_whole_objects: Arc::default(),
         }
     }
 
@@ -259,8 +264,18 @@ impl KubeListerWatcher {
                 )));
             }
         };
-        let page = wire::decode_list(&self.resource, &body, self.metadata_only)
+        let (page, form) = wire::decode_list(&self.resource, &body, self.metadata_only)
             .map_err(|e| SourceError::Decode(format!("{}: {e}", self.describe())))?;
+        if self.metadata_only
+            && form == ListForm::Objects
+            && !self.told_whole_objects.swap(true, Ordering::Relaxed)
+        {
+            info!(
+                source = %self.describe(),
+                "the server does not serve this type's metadata alone; taking whole objects \
+                 and keeping their metadata"
+            );
+        }
         let max_object = self.options.max_line_bytes;
         if let Some(position) = page.items.iter().position(|i| i.len() > max_object) {
             return Err(SourceError::Decode(format!(

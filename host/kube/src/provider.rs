@@ -43,8 +43,9 @@ impl KubeSourceProvider {
     }
 }
 
-impl SourceProvider for KubeSourceProvider {
-    fn lister_watcher(&self, key: &InformerKey) -> Result<Arc<dyn ListerWatcher>, FactoryError> {
+impl KubeSourceProvider {
+    /// The source for `key`, its selectors checked.
+    fn source(&self, key: &InformerKey) -> Result<KubeListerWatcher, FactoryError> {
         let unavailable = |reason: String| FactoryError::SourceUnavailable {
             key: key.to_string(),
             reason,
@@ -57,13 +58,28 @@ impl SourceProvider for KubeSourceProvider {
             FieldSelector::parse(fields)
                 .map_err(|e| unavailable(format!("field selector {fields:?}: {e}")))?;
         }
-        Ok(Arc::new(KubeListerWatcher::new(
+        Ok(KubeListerWatcher::new(
             self.client.clone(),
             key.resource.clone(),
             key.namespace.clone(),
             key.label_selector.clone(),
             key.field_selector.clone(),
             self.options.clone(),
-        )))
+        ))
+    }
+}
+
+impl SourceProvider for KubeSourceProvider {
+    fn lister_watcher(&self, key: &InformerKey) -> Result<Arc<dyn ListerWatcher>, FactoryError> {
+        Ok(Arc::new(self.source(key)?))
+    }
+
+    /// Every type: a server that does not serve the metadata form for one answers whole
+    /// objects, and the metadata-only decoder keeps their metadata alone.
+    fn metadata_lister_watcher(
+        &self,
+        key: &InformerKey,
+    ) -> Result<Option<Arc<dyn ListerWatcher>>, FactoryError> {
+        Ok(Some(Arc::new(self.source(key)?.metadata_only())))
     }
 }

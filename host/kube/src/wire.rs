@@ -237,14 +237,23 @@ struct ListMeta {
 /// The kind of a list in the metadata form (`meta.k8s.io/v1`).
 const METADATA_LIST_KIND: &str = "PartialObjectMetadataList";
 
+/// Which form a list answer came in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListForm {
+    /// `<Kind>List`: whole objects.
+    Objects,
+    /// `PartialObjectMetadataList`: metadata alone.
+    Metadata,
+}
+
 /// Decodes a list answer for `resource`: checks it is a `<Kind>List` (or, with
 /// `metadata_form`, a `PartialObjectMetadataList`, which a metadata-only request may get),
-/// and returns its items as slices of `body`.
+/// and returns its items as slices of `body`, and the form it came in.
 pub fn decode_list(
     resource: &Resource,
     body: &Bytes,
     metadata_form: bool,
-) -> Result<ListPage, WireError> {
+) -> Result<(ListPage, ListForm), WireError> {
     let expected = format!("{}List", resource.kind);
     let bad = |reason: String| WireError::BadList {
         expected: expected.clone(),
@@ -252,12 +261,12 @@ pub fn decode_list(
         snippet: snippet(body),
     };
     let list: ListBody<'_> = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
-    match list.kind.as_deref() {
-        Some(kind) if kind == expected => {}
-        Some(METADATA_LIST_KIND) if metadata_form => {}
+    let form = match list.kind.as_deref() {
+        Some(kind) if kind == expected => ListForm::Objects,
+        Some(METADATA_LIST_KIND) if metadata_form => ListForm::Metadata,
         Some(kind) => return Err(bad(format!("its kind is {kind:?}"))),
         None => return Err(bad("it has no kind".to_owned())),
-    }
+    };
     let resource_version = list
         .metadata
         .resource_version
@@ -269,11 +278,12 @@ pub fn decode_list(
         .into_iter()
         .map(|raw| body.slice_ref(raw.get().as_bytes()))
         .collect();
-    Ok(ListPage {
+    let page = ListPage {
         items,
         resource_version,
         continue_token: list.metadata.continue_token.filter(|t| !t.is_empty()),
-    })
+    };
+    Ok((page, form))
 }
 
 /// The `Status` of an error answer with HTTP code `code`. A body that is not a `Status` (an
@@ -341,7 +351,8 @@ mod tests {
     fn decodes_captured_list_pages() {
         let (code, _, body) = fixture("v1.32.0-rc.0/list-page1.http");
         assert_eq!(code, 200);
-        let page = decode_list(&configmaps(), &body, false).unwrap();
+        let (page, form) = decode_list(&configmaps(), &body, false).unwrap();
+        assert_eq!(form, ListForm::Objects);
         assert_eq!(page.items.len(), 2);
         assert_eq!(page.resource_version, "216");
         assert!(page.continue_token.is_some());
@@ -350,7 +361,8 @@ mod tests {
         let range = body.as_ptr_range();
         assert!(page.items.iter().all(|item| range.contains(&item.as_ptr())));
         let (_, _, body) = fixture("v1.23.16/list-page1.http");
-        let page = decode_list(&configmaps(), &body, false).unwrap();
+        let (page, form) = decode_list(&configmaps(), &body, false).unwrap();
+        assert_eq!(form, ListForm::Objects);
         assert_eq!((page.items.len(), page.continue_token), (1, None));
         let pods = Resource::new("", "v1", "Pod", "pods", true);
         let error = decode_list(&pods, &body, false).unwrap_err();
@@ -364,7 +376,8 @@ mod tests {
         let body = Bytes::from_static(
             br#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"7"},"items":[{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"a"}}]}"#,
         );
-        let page = decode_list(&configmaps(), &body, true).unwrap();
+        let (page, form) = decode_list(&configmaps(), &body, true).unwrap();
+        assert_eq!(form, ListForm::Metadata);
         assert_eq!((page.items.len(), page.resource_version.as_str()), (1, "7"));
         let error = decode_list(&configmaps(), &body, false).unwrap_err();
         assert!(

@@ -56,8 +56,9 @@ fn encode<T>(
 }
 
 /// Per informer (label `informer`: resource, namespace and selectors):
-/// `kubeplug_informer_objects`, `_synced`, `_handlers`, `_lists_total`, `_watches_total`,
-/// `_watch_events_total`, `_skipped_objects_total`, `_errors_total` and `_panics_total`.
+/// `kubeplug_informer_objects`, `_synced`, `_metadata_only`, `_handlers`, `_lists_total`,
+/// `_watches_total`, `_watch_events_total`, `_skipped_objects_total`, `_errors_total` and
+/// `_panics_total`.
 #[derive(Debug)]
 pub(crate) struct InformerCollector {
     factory: SharedInformerFactory,
@@ -95,7 +96,7 @@ impl Collector for InformerCollector {
             .into_iter()
             .filter_map(|key| Some((key.to_string(), self.factory.informer(&key)?)))
             .collect();
-        let families: [Family<SharedIndexInformer>; 9] = [
+        let families: [Family<SharedIndexInformer>; 10] = [
             Family {
                 name: "kubeplug_informer_objects",
                 help: "Objects in the informer's cache.",
@@ -105,6 +106,11 @@ impl Collector for InformerCollector {
                 name: "kubeplug_informer_synced",
                 help: "1 once the informer has synced.",
                 kind: Kind::Gauge(|i| i64::from(i.has_synced())),
+            },
+            Family {
+                name: "kubeplug_informer_metadata_only",
+                help: "1 while the informer lists and watches objects' metadata alone: none of its users needs their bodies.",
+                kind: Kind::Gauge(|i| i64::from(i.is_metadata_only())),
             },
             Family {
                 name: "kubeplug_informer_handlers",

@@ -14,7 +14,7 @@ use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::selector::{FieldSelector, LabelSelector};
 use kubeplug_informer::source::{ListerWatcher, Status};
-use kubeplug_memory::MemoryServer;
+use kubeplug_memory::{MemoryListerWatcher, MemoryServer};
 use serde::Deserialize as _;
 use tracing::info;
 
@@ -413,8 +413,9 @@ impl LocalCluster {
     }
 }
 
-impl SourceProvider for LocalCluster {
-    fn lister_watcher(&self, key: &InformerKey) -> Result<Arc<dyn ListerWatcher>, FactoryError> {
+impl LocalCluster {
+    /// The memory server's source for `key`, its selectors checked.
+    fn source(&self, key: &InformerKey) -> Result<MemoryListerWatcher, FactoryError> {
         let unavailable = |reason: String| FactoryError::SourceUnavailable {
             key: key.to_string(),
             reason,
@@ -431,12 +432,22 @@ impl SourceProvider for LocalCluster {
             .map(FieldSelector::parse)
             .transpose()
             .map_err(|e| unavailable(e.to_string()))?;
-        Ok(Arc::new(self.server.lister_watcher(
-            key.resource.clone(),
-            key.namespace.clone(),
-            labels,
-            fields,
-        )))
+        Ok(self
+            .server
+            .lister_watcher(key.resource.clone(), key.namespace.clone(), labels, fields))
+    }
+}
+
+impl SourceProvider for LocalCluster {
+    fn lister_watcher(&self, key: &InformerKey) -> Result<Arc<dyn ListerWatcher>, FactoryError> {
+        Ok(Arc::new(self.source(key)?))
+    }
+
+    fn metadata_lister_watcher(
+        &self,
+        key: &InformerKey,
+    ) -> Result<Option<Arc<dyn ListerWatcher>>, FactoryError> {
+        Ok(Some(Arc::new(self.source(key)?.metadata_only())))
     }
 }
 

@@ -91,6 +91,15 @@ pub struct SubscriptionSpec {
     pub projections: Projections,
 }
 
+impl SubscriptionSpec {
+    /// Whether the plugin reads nothing of this subscription's objects but their metadata:
+    /// no JSON, old or new, and no projections. Its informer may then list and watch
+    /// metadata alone.
+    pub fn reads_metadata_only(&self) -> bool {
+        !self.wants_object_json && !self.wants_old_json && self.projections.is_empty()
+    }
+}
+
 /// A named field path whose values a subscription's events carry (`event.projected`).
 ///
 /// Contract (checked by [`Description::check`]): the name is 1 to [`MAX_PROJECTION_NAME`]

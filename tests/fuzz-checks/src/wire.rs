@@ -7,7 +7,7 @@ use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::WatchEvent;
 use kubeplug_json::ObjectScanner;
 use kubeplug_kube::wire::{
-    self, INITIAL_EVENTS_END, LineSplitter, WireError, decode_list, decode_status,
+    self, INITIAL_EVENTS_END, LineSplitter, ListForm, WireError, decode_list, decode_status,
     decode_watch_line,
 };
 use serde_json::{Map, Value};
@@ -187,13 +187,14 @@ pub fn list_page(data: &[u8]) {
 fn check_list_page(body: &Bytes, metadata_form: bool) {
     let body = body.clone();
     match decode_list(&configmaps(), &body, metadata_form) {
-        Ok(page) => {
+        Ok((page, form)) => {
             assert!(!page.resource_version.is_empty());
             assert!(page.continue_token.as_ref().is_none_or(|t| !t.is_empty()));
             if let Some(reference) = reference_tree(&body) {
                 let kind = reference["kind"].as_str();
                 let metadata = metadata_form && kind == Some("PartialObjectMetadataList");
                 assert!(kind == Some("ConfigMapList") || metadata, "{kind:?}");
+                assert_eq!(metadata, form == ListForm::Metadata);
                 let count = reference["items"].as_array().map_or(0, Vec::len);
                 assert_eq!(page.items.len(), count, "items");
             }

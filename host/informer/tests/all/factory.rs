@@ -5,7 +5,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use kubeplug_informer::factory::{
-    FactoryError, InformerKey, SharedInformerFactory, SourceProvider,
+    FactoryError, InformerKey, Needs, SharedInformerFactory, SourceProvider,
 };
 use kubeplug_informer::informer::HandlerOptions;
 use kubeplug_informer::reflector::ReflectorConfig;
@@ -24,6 +24,16 @@ impl SourceProvider for Memory {
             None,
             None,
         )))
+    }
+
+    fn metadata_lister_watcher(
+        &self,
+        key: &InformerKey,
+    ) -> Result<Option<Arc<dyn ListerWatcher>>, FactoryError> {
+        let source = self
+            .0
+            .lister_watcher(key.resource.clone(), key.namespace.clone(), None, None);
+        Ok(Some(Arc::new(source.metadata_only())))
     }
 }
 
@@ -53,7 +63,7 @@ async fn selectors_that_say_the_same_share_one_informer() {
             HandlerOptions::default(),
         )
         .unwrap();
-    let lease = factory.lease(with("", "")).unwrap();
+    let lease = factory.lease(with("", ""), Needs::Bodies).unwrap();
     factory.wait_for_cache_sync().await;
     let keys = factory.keys();
     assert_eq!(keys.len(), 2, "{keys:?}");
@@ -93,7 +103,7 @@ async fn handlers_share_one_informer_which_stops_after_the_last_user() {
     let second = factory
         .subscribe(pods(), HandlerOptions::default())
         .unwrap();
-    let lease = factory.lease(pods()).unwrap();
+    let lease = factory.lease(pods(), Needs::Bodies).unwrap();
     factory.wait_for_cache_sync().await;
     assert_eq!(factory.keys(), [pods()]);
     assert_eq!(
@@ -123,4 +133,53 @@ async fn handlers_share_one_informer_which_stops_after_the_last_user() {
         0,
         "the stopped informer closed its watch"
     );
+}
+
+/// Issue 24: an informer lists and watches metadata alone while none of its users needs
+/// bodies; the first that does switches it to whole objects, the last one's going back.
+#[tokio::test(start_paused = true)]
+async fn an_informer_sends_metadata_alone_while_no_user_needs_bodies() {
+    let server = MemoryServer::new();
+    server
+        .create(
+            &pods().resource,
+            r#"{"metadata":{"name":"a","namespace":"ns"},"spec":{"x":1}}"#,
+        )
+        .unwrap();
+    let factory =
+        SharedInformerFactory::new(Arc::new(Memory(server.clone())), ReflectorConfig::default());
+    let metadata = HandlerOptions {
+        metadata_only: true,
+        ..HandlerOptions::default()
+    };
+    let labels = factory.subscribe(pods(), metadata.clone()).unwrap();
+    factory.wait_for_cache_sync().await;
+    let informer = factory.informer(&pods()).unwrap();
+    let has_body = || {
+        informer
+            .indexer()
+            .get("ns/a")
+            .unwrap()
+            .json()
+            .contains("spec")
+    };
+    assert!(informer.is_metadata_only());
+    assert!(!has_body());
+
+    let reader = factory.lease(pods(), Needs::Bodies).unwrap();
+    assert!(!informer.is_metadata_only());
+    while !has_body() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let more_labels = factory.subscribe(pods(), metadata).unwrap();
+    assert!(!informer.is_metadata_only(), "a user still needs bodies");
+
+    drop(reader);
+    assert!(informer.is_metadata_only());
+    while has_body() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(server.list_calls(), 3, "one list per form");
+    drop((labels, more_labels));
+    assert!(factory.keys().is_empty());
 }

@@ -203,6 +203,124 @@ async fn a_metadata_only_informer_caches_no_bodies() {
     informer.stop().await;
 }
 
+/// Issue 24: an informer switched from metadata alone to whole objects and back. A handler
+/// already on it sees each switch as a relist (no repeated add, an update only for a changed
+/// resourceVersion, a tombstone for an object gone meanwhile); a handler that needs bodies,
+/// added during the switch, starts only once every cached object has its body.
+#[tokio::test(start_paused = true)]
+async fn switching_between_metadata_and_whole_objects_is_a_relist() {
+    let server = MemoryServer::new();
+    for name in ["a", "b", "c"] {
+        server.create(&pods(), &pod(name, 1)).unwrap();
+    }
+    let metadata_source = || {
+        Arc::new(
+            server
+                .lister_watcher(pods(), None, None, None)
+                .metadata_only(),
+        )
+    };
+    let informer = SharedIndexInformer::new(
+        metadata_source(),
+        ObjectDecoder::new(pods()).metadata_only(),
+        ReflectorConfig::default(),
+    );
+    let mut labels = informer.add_handler(HandlerOptions {
+        metadata_only: true,
+        ..HandlerOptions::default()
+    });
+    informer.start();
+    let mut view = View::default();
+    read_until(&mut labels, &mut view, |v| v.last.len() == 3).await;
+    assert!(informer.is_metadata_only());
+
+    informer.switch_source(
+        Arc::new(server.lister_watcher(pods(), None, None, None)),
+        ObjectDecoder::new(pods()),
+    );
+    assert!(!informer.is_metadata_only());
+    // Changes the old watch never delivers: the relist finds them.
+    let b_rv = server_state(&server)["ns/b"];
+    server.update(&pods(), &pod("a", 2)).unwrap();
+    server
+        .delete(&pods(), &ObjectKey::new(Some("ns"), "b"))
+        .unwrap();
+    server.create(&pods(), &pod("d", 1)).unwrap();
+    let mut bodies = informer.add_handler(HandlerOptions::default());
+    assert!(!bodies.has_synced(), "waits for the relist");
+    assert_eq!(informer.handler_count(), 2);
+
+    read_until(&mut labels, &mut view, |v| v.log.len() == 6).await;
+    let rv = |name: &str| server_state(&server)[&format!("ns/{name}")];
+    let mut after_switch = view.log[3..].to_vec();
+    after_switch.sort();
+    assert_eq!(
+        after_switch,
+        [
+            ("ns/a".to_owned(), "update", rv("a"), false),
+            ("ns/b".to_owned(), "delete", b_rv, true),
+            ("ns/d".to_owned(), "add", rv("d"), false),
+        ]
+    );
+    let mut bodies_view = View::default();
+    let mut jsons = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while bodies_view.last.len() < 3 {
+        let batch = tokio::time::timeout_at(deadline, bodies.recv_batch(64))
+            .await
+            .expect("the handler that needs bodies started")
+            .unwrap();
+        for notification in batch.iter() {
+            bodies_view.apply(notification);
+            jsons.push(notification.object().json().to_owned());
+        }
+    }
+    assert_eq!(bodies_view.live(), server_state(&server));
+    assert!(
+        bodies_view
+            .log
+            .iter()
+            .all(|(_, kind, _, initial)| *kind == "add" && *initial)
+    );
+    assert!(
+        jsons.iter().all(|json| json.contains(r#""spec""#)),
+        "{jsons:?}"
+    );
+    assert!(bodies.has_synced());
+
+    // The last handler that needs bodies goes: back to metadata alone.
+    drop(bodies);
+    informer.switch_source(
+        metadata_source(),
+        ObjectDecoder::new(pods()).metadata_only(),
+    );
+    server.update(&pods(), &pod("c", 2)).unwrap();
+    read_until(&mut labels, &mut view, |v| v.log.len() == 7).await;
+    assert_eq!(view.log[6], ("ns/c".to_owned(), "update", rv("c"), false));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while informer
+        .indexer()
+        .list()
+        .iter()
+        .any(|object| object.json().contains(r#""spec""#))
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "bodies still cached"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Nothing more: the objects that did not change were not announced again.
+    let more = tokio::time::timeout(Duration::from_secs(5), labels.recv_batch(64)).await;
+    assert!(
+        more.is_err(),
+        "{:?}",
+        more.map(|batch| batch.map(|b| b.len()))
+    );
+    assert_eq!(view.live(), server_state(&server));
+    informer.stop().await;
+}
+
 /// `wait_for_sync` is woken by the sync itself: on a paused clock no timer has to fire, and
 /// whoever it wakes finds the whole initial list cached.
 #[tokio::test(start_paused = true)]

@@ -9,13 +9,16 @@ use http_body_util::BodyExt as _;
 use kube::client::Body;
 use kubeplug_envtest::Envtest;
 use kubeplug_fake_apiserver::{FakeApiServer, FakeOptions};
-use kubeplug_informer::informer::SharedIndexInformer;
+use kubeplug_informer::factory::{InformerKey, SharedInformerFactory};
+use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
+use kubeplug_informer::listener::{ListenerReceiver, Notification};
 use kubeplug_informer::object::ObjectDecoder;
 use kubeplug_informer::reflector::ReflectorConfig;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::{ListRequest, ListerWatcher, WatchEvent, WatchRequest};
 use kubeplug_kube::config::{ConfigSource, KubeClient};
 use kubeplug_kube::lister::{KubeListerWatcher, KubeSourceOptions};
+use kubeplug_kube::provider::KubeSourceProvider;
 
 use crate::configmaps;
 
@@ -49,6 +52,7 @@ on_both_servers!(
     lists_and_watches_a_cluster_scoped_type,
     serves_lists_gets_and_watches_as_partial_object_metadata,
     a_metadata_only_informer_caches_metadata_alone,
+    an_informer_switches_to_whole_objects_and_back_without_a_lost_or_repeated_event,
 );
 
 enum Backend {
@@ -135,6 +139,15 @@ impl Cluster {
         let namespace = object["metadata"]["namespace"].as_str();
         let path = collection(resource, namespace);
         self.send(Method::POST, &path, Some(object.to_string()))
+            .await;
+    }
+
+    /// Replaces `object` (JSON) of `resource` unconditionally.
+    async fn replace(&self, resource: &Resource, object: serde_json::Value) {
+        let namespace = object["metadata"]["namespace"].as_str();
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let path = format!("{}/{name}", collection(resource, namespace));
+        self.send(Method::PUT, &path, Some(object.to_string()))
             .await;
     }
 
@@ -506,4 +519,170 @@ async fn a_metadata_only_informer_caches_metadata_alone(server: Server) {
         assert!(json["metadata"].get("managedFields").is_none(), "{json}");
     }
     informer.stop().await;
+}
+
+/// What a handler has been told: each live key's resourceVersion, and whether each object it
+/// was handed had a body. An add of a live key, or an update to the version it already has,
+/// is a repeated event and fails the test.
+#[derive(Default, Debug)]
+struct Told {
+    live: std::collections::BTreeMap<String, String>,
+    without_body: usize,
+    with_body: usize,
+}
+
+impl Told {
+    async fn read_until(&mut self, handler: &mut ListenerReceiver, want: &Self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while self.live != want.live {
+            let batch = tokio::time::timeout_at(deadline, handler.recv_batch(64))
+                .await
+                .unwrap_or_else(|_| panic!("never told the server's state {want:?}: {self:?}"))
+                .expect("still registered");
+            for notification in batch.iter() {
+                self.apply(notification);
+            }
+        }
+    }
+
+    fn apply(&mut self, notification: &Notification) {
+        let key = notification.key().to_string();
+        let object = notification.object();
+        let version = object.resource_version_text().into_owned();
+        match notification {
+            Notification::Add { .. } => {
+                let repeated = self.live.insert(key.clone(), version);
+                assert!(repeated.is_none(), "{key} added again");
+            }
+            Notification::Update { resync, .. } => {
+                assert!(!resync, "no handler asked for resyncs");
+                let before = self.live.insert(key.clone(), version.clone());
+                assert_ne!(before, Some(version), "{key} updated to the version it had");
+            }
+            Notification::Delete { .. } => {
+                assert!(
+                    self.live.remove(&key).is_some(),
+                    "{key} deleted while not live"
+                );
+            }
+        }
+        match object.json().contains(r#""data""#) {
+            true => self.with_body += 1,
+            false => self.without_body += 1,
+        }
+    }
+}
+
+/// Issue 24: through the factory, an informer whose only handler reads metadata lists and
+/// watches metadata alone; a handler that needs bodies, added while ConfigMaps change,
+/// switches it to whole objects, and its going switches it back. The metadata handler is
+/// told every change once, across both switches; the other starts from whole objects.
+async fn an_informer_switches_to_whole_objects_and_back_without_a_lost_or_repeated_event(
+    server: Server,
+) {
+    let Some(cluster) = Cluster::start(server).await else {
+        return;
+    };
+    let namespace = cluster.namespace("switch");
+    let resource = configmaps();
+    for name in ["a", "b", "c"] {
+        cluster
+            .create(&resource, config_map(&namespace, name, "red"))
+            .await;
+    }
+    let provider = KubeSourceProvider::new(cluster.client.clone(), KubeSourceOptions::default());
+    let factory =
+        SharedInformerFactory::new(std::sync::Arc::new(provider), ReflectorConfig::default());
+    let key = InformerKey {
+        namespace: Some(namespace.clone()),
+        ..InformerKey::all(resource.clone())
+    };
+    let metadata = HandlerOptions {
+        metadata_only: true,
+        ..HandlerOptions::default()
+    };
+    let mut labels = factory.subscribe(key.clone(), metadata).unwrap();
+    let informer = labels.informer().clone();
+    assert!(informer.is_metadata_only());
+    let full = cluster.lister(resource.clone(), Some(&namespace), None, None);
+    let server_state = || async {
+        let page = full.list(ListRequest::default()).await.unwrap();
+        let decoder = ObjectDecoder::new(resource.clone());
+        let live = page
+            .items
+            .iter()
+            .map(|raw| {
+                let object = decoder.decode(raw).unwrap();
+                (
+                    object.key().to_string(),
+                    object.resource_version_text().into_owned(),
+                )
+            })
+            .collect();
+        Told {
+            live,
+            ..Told::default()
+        }
+    };
+    let mut told_labels = Told::default();
+    told_labels
+        .read_until(&mut labels, &server_state().await)
+        .await;
+
+    // Changes before, during and after the switch to whole objects.
+    let churn = |round: usize| {
+        let cluster = &cluster;
+        let namespace = namespace.clone();
+        let resource = resource.clone();
+        async move {
+            let team = format!("round-{round}");
+            cluster
+                .replace(&resource, config_map(&namespace, "a", &team))
+                .await;
+            cluster
+                .create(
+                    &resource,
+                    config_map(&namespace, &format!("new-{round}"), &team),
+                )
+                .await;
+            cluster.delete(&resource, Some(&namespace), "b").await;
+            cluster
+                .create(&resource, config_map(&namespace, "b", &team))
+                .await;
+        }
+    };
+    churn(0).await;
+    let mut bodies = factory
+        .subscribe(key.clone(), HandlerOptions::default())
+        .unwrap();
+    assert!(!informer.is_metadata_only());
+    churn(1).await;
+    let want = server_state().await;
+    told_labels.read_until(&mut labels, &want).await;
+    let mut told_bodies = Told::default();
+    told_bodies.read_until(&mut bodies, &want).await;
+    assert_eq!(told_bodies.without_body, 0, "{told_bodies:?}");
+    assert!(told_labels.without_body > 0, "{told_labels:?}");
+
+    drop(bodies);
+    assert!(informer.is_metadata_only());
+    churn(2).await;
+    told_labels
+        .read_until(&mut labels, &server_state().await)
+        .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while informer
+        .indexer()
+        .list()
+        .iter()
+        .any(|object| object.json().contains(r#""data""#))
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "bodies still cached"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(labels);
+    factory.shutdown().await;
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
-use kubeplug_informer::factory::{InformerKey, InformerLease, SharedInformerFactory};
+use kubeplug_informer::factory::{InformerKey, InformerLease, Needs, SharedInformerFactory};
 use kubeplug_informer::indexer::Indexer;
 use kubeplug_informer::informer::SharedIndexInformer;
 use kubeplug_runtime::{CacheView, Gvk};
@@ -63,7 +63,9 @@ impl FactoryCache {
             namespace,
             ..InformerKey::all(served)
         };
-        match self.factory.lease(key) {
+        // Whole objects: this informer serves every plugin's reads and path indexes of
+        // the type, and which of them need bodies is not counted per informer.
+        match self.factory.lease(key, Needs::Bodies) {
             Ok(lease) => {
                 let informer = lease.informer().clone();
                 leases.insert(resource.clone(), lease);

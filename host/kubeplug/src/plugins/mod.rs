@@ -19,12 +19,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt as _;
-use kubeplug_informer::factory::{InformerKey, InformerLease, Registration, SharedInformerFactory};
+use kubeplug_informer::factory::{
+    InformerKey, InformerLease, Needs, Registration, SharedInformerFactory,
+};
 use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
 use kubeplug_informer::listener::{BufferPolicy, ListenerProbe, ListenerReceiver};
 use kubeplug_runtime::status::{MetricValue, SeriesKey};
 use kubeplug_runtime::{
     ClusterWriter, Delivery, DriverControl, Gvk, ObjectRef, Plugin, PluginSpec, Runtime,
+    SubscriptionSpec,
 };
 use kubeplug_workqueue::{Queue, Workers, WorkqueueMetrics};
 use tokio::task::JoinHandle;
@@ -118,7 +121,7 @@ struct Serving {
     /// Its events-mode buffers' budget, bytes.
     buffer_budget: usize,
     /// Keep the informers of `keys` running whether or not this replica leads.
-    _warm: Vec<InformerLease>,
+    warm: Vec<InformerLease>,
     /// `None` while this replica follows.
     delivering: Option<Delivering>,
 }
@@ -474,7 +477,8 @@ impl PluginHost {
         }
         let warm = keys
             .iter()
-            .map(|key| self.factory.lease(key.clone()))
+            .zip(&description.subscriptions)
+            .map(|(key, wanted)| self.factory.lease(key.clone(), needs(wanted)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| LoadFailure::Start {
                 path: path.clone(),
@@ -674,7 +678,7 @@ impl PluginHost {
             load_time,
             keys,
             buffer_budget,
-            _warm: warm,
+            warm,
             delivering,
         });
         entry.loading = false;
@@ -708,6 +712,7 @@ impl PluginHost {
                 budget,
                 resync_period: wanted.resync_period,
                 projections: wanted.projections.paths().paths().to_vec(),
+                metadata_only: needs(wanted) == Needs::Metadata,
             };
             let (registration, receiver) = self
                 .factory
@@ -958,6 +963,15 @@ impl PluginHost {
             Some(async move { delivering.drain(serving.plugin.name(), deadline).await })
         }))
         .await;
+    }
+}
+
+/// What a subscription needs of its informer's objects: bodies unless its events carry
+/// metadata alone.
+fn needs(subscription: &SubscriptionSpec) -> Needs {
+    match subscription.reads_metadata_only() {
+        true => Needs::Metadata,
+        false => Needs::Bodies,
     }
 }
 

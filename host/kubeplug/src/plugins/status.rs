@@ -111,6 +111,17 @@ pub(crate) struct PluginReport {
     pub(crate) events_delivered: u64,
     /// Over every version of this file.
     pub(crate) failures: u64,
+    /// The informers of the serving version's subscriptions, in their order.
+    pub(crate) informers: Vec<InformerReport>,
+}
+
+/// An informer a plugin subscribes to, as `/plugins` reports it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct InformerReport {
+    /// Resource, namespace and selectors.
+    pub(crate) informer: String,
+    /// It lists and watches metadata alone: none of its users needs objects' bodies.
+    pub(crate) metadata_only: bool,
 }
 
 /// Loads of new or changed plugin files, by result.
@@ -164,6 +175,15 @@ pub(super) fn report(file: &Path, entry: &Entry) -> PluginReport {
         events_delivered: totals.events,
         failures: totals.failures,
         buffer_merged: totals.merged,
+        informers: serving.map_or_else(Vec::new, |r| {
+            r.warm
+                .iter()
+                .map(|lease| InformerReport {
+                    informer: lease.key().to_string(),
+                    metadata_only: lease.informer().is_metadata_only(),
+                })
+                .collect()
+        }),
     }
 }
 
