@@ -5,7 +5,7 @@
 //! The parent starts etcd and kube-apiserver through `kubeplug-envtest` (binaries from
 //! `KUBEBUILDER_ASSETS`; without them it prints the harness's one skip line and passes, and
 //! with `CI` set it fails), creates `KUBEPLUG_BENCH_OBJECTS` (default 10000) ConfigMaps of
-//! ~5 KB in one namespace with 32 requests in flight, then measures four runners, each in a
+//! ~5 KB in one namespace with 32 requests in flight, then measures six runners, each in a
 //! process of its own (this binary again, with `--runner NAME`; it prints one JSON line), so
 //! that each RSS is its own. All watch that one namespace:
 //!
@@ -14,7 +14,11 @@
 //! - `kubeplug_streaming_list`: the same with a streaming list (`sendInitialEvents`);
 //! - `kube_rs_reflector`: kube-rs's `reflector` over `watcher` of `DynamicObject`, its
 //!   default list-then-watch (pages of 500);
-//! - `kube_rs_streaming_list`: the same with `InitialListStrategy::StreamingList`.
+//! - `kube_rs_streaming_list`: the same with `InitialListStrategy::StreamingList`;
+//! - `kubeplug_metadata_only` (issue 24): kubeplug's streaming list of `PartialObjectMetadata`
+//!   (`KubeListerWatcher::metadata_only`, `ObjectDecoder::metadata_only`);
+//! - `kube_rs_metadata_watcher`: kube-rs's reflector over its metadata watcher (a `watcher`
+//!   of `PartialObjectMeta`), default configuration.
 //!
 //! The two streaming lists differ in what they ask: kube-rs opens its watch at
 //! `resourceVersion=0` (any version, possibly stale), kubeplug, as client-go, leaves it unset
@@ -31,12 +35,15 @@
 //! Figures `envtest_sync.<runner>.*`: `sync` (median, s) with `sync_min`/`sync_max`,
 //! `objects_per_second`, `sync_cpu` (median CPU time of the runner's process over the sync:
 //! the client's share of the work, which the wall-clock time mixes with the servers'),
-//! `rss_synced` (median, bytes) with `rss_synced_min`/`rss_synced_max`, and `rss_start`
-//! (median RSS just before the start, its client built: the floor without a cache).
+//! `rss_synced` (median, bytes) with `rss_synced_min`/`rss_synced_max`, `rss_start`
+//! (median RSS just before the start, its client built: the floor without a cache), and
+//! `rss_growth` (median of synced minus start: what the cache costs).
 //! Ratios: kubeplug's objects/s and CPU time against kube-rs's in the same initial-list mode,
 //! as throughputs (kube-rs's time over kubeplug's, higher is better: the issue's "time ≤ 0.8×
 //! kube-rs streaming" is a ratio ≥ 1.25), kubeplug's RSS over the kube-rs reflector's (lower
-//! is better; target ≤ 0.6).
+//! is better; target ≤ 0.6). The metadata-only runner: against kube-rs's metadata watcher
+//! (time ≤ 1.0×, a ratio ≥ 1.0), and its RSS growth over the whole-object streaming list's
+//! (target ≤ 0.3).
 //!
 //! Run: `KUBEBUILDER_ASSETS=$PWD/../shared/envtest/v1.32 cargo xtask bench envtest-sync`;
 //! `cargo test` runs it with 50 ConfigMaps and one round after the warm-up, so it cannot rot.
@@ -55,7 +62,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kubeplug_bench_support::{Figure, Run, cpu_time, median, rss_bytes};
 use kubeplug_envtest::{Assets, Envtest, Options, User};
@@ -88,16 +95,23 @@ enum Runner {
     KubeRsReflector,
     /// kube-rs's reflector over a streaming-list watcher.
     KubeRsStreamingList,
+    /// kubeplug's informer of `PartialObjectMetadata`, streaming list (issue 24).
+    KubeplugMetadataOnly,
+    /// kube-rs's reflector over its metadata watcher (a `watcher` of `PartialObjectMeta`),
+    /// default configuration.
+    KubeRsMetadataWatcher,
 }
 
 impl Runner {
     /// Every runner in declaration order, so that `runner as usize` indexes it; also the
     /// order of every round.
-    const ALL: [Runner; 4] = [
+    const ALL: [Runner; 6] = [
         Runner::KubeplugListThenWatch,
         Runner::KubeplugStreamingList,
         Runner::KubeRsReflector,
         Runner::KubeRsStreamingList,
+        Runner::KubeplugMetadataOnly,
+        Runner::KubeRsMetadataWatcher,
     ];
 
     /// Its name in figures and on the child's command line.
@@ -107,6 +121,8 @@ impl Runner {
             Runner::KubeplugStreamingList => "kubeplug_streaming_list",
             Runner::KubeRsReflector => "kube_rs_reflector",
             Runner::KubeRsStreamingList => "kube_rs_streaming_list",
+            Runner::KubeplugMetadataOnly => "kubeplug_metadata_only",
+            Runner::KubeRsMetadataWatcher => "kube_rs_metadata_watcher",
         }
     }
 
@@ -120,7 +136,10 @@ impl Runner {
         match self {
             Runner::KubeplugListThenWatch => Some(Runner::KubeRsReflector),
             Runner::KubeplugStreamingList => Some(Runner::KubeRsStreamingList),
-            Runner::KubeRsReflector | Runner::KubeRsStreamingList => None,
+            Runner::KubeplugMetadataOnly => Some(Runner::KubeRsMetadataWatcher),
+            Runner::KubeRsReflector
+            | Runner::KubeRsStreamingList
+            | Runner::KubeRsMetadataWatcher => None,
         }
     }
 }
@@ -242,8 +261,9 @@ fn own_cpu_seconds() -> f64 {
     cpu_time(std::process::id()).map_or(0.0, |time| time.as_secs_f64())
 }
 
-/// kubeplug's informer in `mode`; synced when `wait_for_sync` returns.
-async fn kubeplug_sync(mode: InitialListMode, target: &Target) -> Measured {
+/// kubeplug's informer in `mode`, of metadata alone with `metadata`; synced when
+/// `wait_for_sync` returns.
+async fn kubeplug_sync(mode: InitialListMode, metadata: bool, target: &Target) -> Measured {
     let client = KubeClient::from_source(&ConfigSource::Kubeconfig {
         path: target.kubeconfig.clone(),
         context: None,
@@ -263,7 +283,15 @@ async fn kubeplug_sync(mode: InitialListMode, target: &Target) -> Measured {
         initial_list: mode,
         ..ReflectorConfig::default()
     };
-    let informer = SharedIndexInformer::new(Arc::new(source), ObjectDecoder::new(resource), config);
+    let decoder = ObjectDecoder::new(resource);
+    let informer = match metadata {
+        true => SharedIndexInformer::new(
+            Arc::new(source.metadata_only()),
+            decoder.metadata_only(),
+            config,
+        ),
+        false => SharedIndexInformer::new(Arc::new(source), decoder, config),
+    };
     let rss_start = rss_bytes();
     let cpu_start = own_cpu_seconds();
     let started = Instant::now();
@@ -287,9 +315,11 @@ async fn kubeplug_sync(mode: InitialListMode, target: &Target) -> Measured {
     }
 }
 
-/// kube-rs's reflector store fed by its watcher over `DynamicObject`s with `config`; synced
-/// at `InitDone`. A watcher error fails the run: the figures are of clean syncs.
-async fn kube_rs_sync(config: watcher::Config, target: &Target) -> Measured {
+/// kube-rs's reflector store fed by its watcher over `DynamicObject`s with `config` (with
+/// `metadata`, over `PartialObjectMeta`s: kube-rs 5's metadata watcher, which deprecates
+/// `metadata_watcher` for it); synced at `InitDone`.
+/// A watcher error fails the run: the figures are of clean syncs.
+async fn kube_rs_sync(config: watcher::Config, metadata: bool, target: &Target) -> Measured {
     let kubeconfig = Kubeconfig::read_from(&target.kubeconfig).expect("the kubeconfig reads");
     let client_config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
@@ -297,17 +327,35 @@ async fn kube_rs_sync(config: watcher::Config, target: &Target) -> Measured {
             .expect("the kubeconfig makes a kube configuration");
     let client = kube::Client::try_from(client_config).expect("a kube client");
     let api_resource = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap"));
-    let api: Api<DynamicObject> = Api::namespaced_with(client, &target.namespace, &api_resource);
-    let writer = reflector::store::Writer::new(api_resource);
-    let store = writer.as_reader();
+    let namespace = &target.namespace;
+    if metadata {
+        // kube-rs 5's metadata watcher: `PartialObjectMeta` objects ask for the metadata form.
+        let api: Api<PartialObjectMeta<DynamicObject>> =
+            Api::namespaced_with(client, namespace, &api_resource);
+        let writer = reflector::store::Writer::new(api_resource);
+        let store = writer.as_reader();
+        let watch = watcher(api, config).modify(|object| object.managed_fields_mut().clear());
+        follow_until_synced(reflector(writer, watch), || store.len(), target).await
+    } else {
+        let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &api_resource);
+        let writer = reflector::store::Writer::new(api_resource);
+        let store = writer.as_reader();
+        let watch = watcher(api, config).modify(|object| object.managed_fields_mut().clear());
+        follow_until_synced(reflector(writer, watch), || store.len(), target).await
+    }
+}
+
+/// Polls a kube-rs reflector's `events` until `InitDone`, checks that its store (`stored`
+/// objects) holds every ConfigMap, and measures.
+async fn follow_until_synced<K: Send + 'static>(
+    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    stored: impl Fn() -> usize,
+    target: &Target,
+) -> Measured {
     let rss_start = rss_bytes();
     let cpu_start = own_cpu_seconds();
     let started = Instant::now();
-    let mut events = reflector(
-        writer,
-        watcher(api, config).modify(|object| object.managed_fields_mut().clear()),
-    )
-    .boxed();
+    let mut events = events.boxed();
     loop {
         let event = events
             .next()
@@ -321,7 +369,7 @@ async fn kube_rs_sync(config: watcher::Config, target: &Target) -> Measured {
     let sync_seconds = started.elapsed().as_secs_f64();
     let cpu_seconds = own_cpu_seconds() - cpu_start;
     assert_eq!(
-        store.len(),
+        stored(),
         target.objects,
         "kube-rs's store holds every ConfigMap once synced"
     );
@@ -350,14 +398,23 @@ fn run_child(runner: Runner, target: &Target) {
         let sync = async {
             match runner {
                 Runner::KubeplugListThenWatch => {
-                    kubeplug_sync(InitialListMode::ListThenWatch, target).await
+                    kubeplug_sync(InitialListMode::ListThenWatch, false, target).await
                 }
                 Runner::KubeplugStreamingList => {
-                    kubeplug_sync(InitialListMode::StreamingList, target).await
+                    kubeplug_sync(InitialListMode::StreamingList, false, target).await
                 }
-                Runner::KubeRsReflector => kube_rs_sync(watcher::Config::default(), target).await,
+                Runner::KubeplugMetadataOnly => {
+                    kubeplug_sync(InitialListMode::StreamingList, true, target).await
+                }
+                Runner::KubeRsReflector => {
+                    kube_rs_sync(watcher::Config::default(), false, target).await
+                }
                 Runner::KubeRsStreamingList => {
-                    kube_rs_sync(watcher::Config::default().streaming_lists(), target).await
+                    let config = watcher::Config::default().streaming_lists();
+                    kube_rs_sync(config, false, target).await
+                }
+                Runner::KubeRsMetadataWatcher => {
+                    kube_rs_sync(watcher::Config::default(), true, target).await
                 }
             }
         };
@@ -514,15 +571,24 @@ fn main() {
     let rss_start = samples
         .each_ref()
         .map(|runs| median(runs.iter().map(|m| m.rss_start_bytes).collect()));
+    // What the cache costs: the RSS synced over the same process's before the start.
+    let rss_growth = samples.each_ref().map(|runs| {
+        median(
+            runs.iter()
+                .map(|m| m.rss_bytes - m.rss_start_bytes)
+                .collect(),
+        )
+    });
     let mut figures = Vec::new();
     // Printed after the table, which they would split.
     let mut ratios = Vec::new();
     for runner in Runner::ALL {
-        let (time, cpu, memory, start) = (
+        let (time, cpu, memory, start, growth) = (
             sync[runner as usize],
             cpus[runner as usize],
             rss[runner as usize],
             rss_start[runner as usize],
+            rss_growth[runner as usize],
         );
         println!(
             "| {} | {:.3} s [{:.3}, {:.3}] | {:.0} | {cpu:.2} s | {:.0} MiB [{:.0}, {:.0}] | {:.0} MiB |",
@@ -552,14 +618,13 @@ fn main() {
         );
         let client = Figure::new(format!("{prefix}.sync_cpu"), cpu, "s");
         let resident = Figure::new(format!("{prefix}.rss_synced"), memory.median, "bytes");
+        let grown = Figure::new(format!("{prefix}.rss_growth"), growth, "bytes");
         let Some(kube_rs) = runner.kube_rs_counterpart() else {
-            figures.extend([speed, client, resident]);
+            figures.extend([speed, client, resident, grown]);
             continue;
         };
         // Throughput over throughput: the kube-rs runner's time over this one's.
         let speed_ratio = sync[kube_rs as usize].median / time.median;
-        let reflector = Runner::KubeRsReflector;
-        let rss_ratio = memory.median / rss[reflector as usize].median;
         figures.extend([
             speed.against(
                 format!("envtest_sync.{}.objects_per_second", kube_rs.name()),
@@ -569,10 +634,36 @@ fn main() {
                 format!("envtest_sync.{}.sync_cpu", kube_rs.name()),
                 cpus[kube_rs as usize] / cpu,
             ),
+        ]);
+        if runner == Runner::KubeplugMetadataOnly {
+            // Issue 24's memory target: the cache's growth against whole objects'.
+            let whole = Runner::KubeplugStreamingList;
+            let growth_ratio = growth / rss_growth[whole as usize];
+            figures.extend([
+                resident,
+                grown.against(
+                    format!("envtest_sync.{}.rss_growth", whole.name()),
+                    growth_ratio,
+                ),
+            ]);
+            ratios.push(format!(
+                "# {}: time {:.2}x {}'s (target <= 1.0), RSS growth {growth_ratio:.2}x {}'s \
+                 (target <= 0.3)",
+                runner.name(),
+                1.0 / speed_ratio,
+                kube_rs.name(),
+                whole.name(),
+            ));
+            continue;
+        }
+        let reflector = Runner::KubeRsReflector;
+        let rss_ratio = memory.median / rss[reflector as usize].median;
+        figures.extend([
             resident.against(
                 format!("envtest_sync.{}.rss_synced", reflector.name()),
                 rss_ratio,
             ),
+            grown,
         ]);
         ratios.push(format!(
             "# {}: time {:.2}x {}'s (target for the streaming list: <= 0.8), RSS {rss_ratio:.2}x \
