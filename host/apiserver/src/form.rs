@@ -30,12 +30,24 @@ impl Form {
     /// The form `accept` (the `Accept` header; none means anything) asks for first among
     /// those served, or `None` when it accepts none of them (`406`).
     pub(crate) fn negotiate(accept: Option<&str>, answer: Answer) -> Option<Form> {
-        let Some(accept) = accept else {
-            return Some(Form::Full);
-        };
         let metadata_kind = match answer {
             Answer::List => LIST_KIND,
             Answer::Objects => OBJECT_KIND,
+        };
+        Self::pick(accept, Some(metadata_kind))
+    }
+
+    /// [`negotiate`](Self::negotiate) for a resource served without the metadata form, as
+    /// some aggregated APIs are: whole objects when the request accepts them, else `None`.
+    pub(crate) fn negotiate_whole_only(accept: Option<&str>) -> Option<Form> {
+        Self::pick(accept, None)
+    }
+
+    /// The first entry of `accept` served: plain JSON, or the metadata form of
+    /// `metadata_kind` when it is served.
+    fn pick(accept: Option<&str>, metadata_kind: Option<&str>) -> Option<Form> {
+        let Some(accept) = accept else {
+            return Some(Form::Full);
         };
         accept.split(',').find_map(|entry| {
             let mut parts = entry.split(';').map(str::trim);
@@ -56,7 +68,7 @@ impl Form {
             match kind {
                 None => Some(Form::Full),
                 Some(kind)
-                    if kind == metadata_kind
+                    if Some(kind) == metadata_kind
                         && group == Some("meta.k8s.io")
                         && version == Some("v1") =>
                 {
@@ -138,6 +150,18 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn a_resource_without_the_metadata_form_answers_whole_objects_or_406() {
+        let metadata_or_json =
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+        assert_eq!(
+            Form::negotiate_whole_only(Some(metadata_or_json)),
+            Some(Form::Full)
+        );
+        let metadata_alone = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+        assert_eq!(Form::negotiate_whole_only(Some(metadata_alone)), None);
     }
 
     #[test]

@@ -99,6 +99,8 @@ struct Shared {
     address: String,
     /// The resources served, each once.
     resources: Mutex<Vec<Resource>>,
+    /// Resources served without the `PartialObjectMetadata` form.
+    whole_only: Mutex<Vec<Resource>>,
     /// Short names and categories, by (group, plural).
     aliases: BTreeMap<(String, String), Aliases>,
     /// Incremented to close every open watch connection. Overflow policy: a `watch` channel
@@ -170,6 +172,7 @@ impl ApiServer {
             bearer_token: options.bearer_token,
             address: format!("{scheme}://{addr}"),
             resources: Mutex::new(options.resources),
+            whole_only: Mutex::default(),
             aliases: options.aliases,
             drops,
             remaining_items: Mutex::default(),
@@ -204,6 +207,18 @@ impl ApiServer {
         if !resources.contains(&resource) {
             resources.push(resource);
         }
+    }
+
+    /// Serves `resource` without the `PartialObjectMetadata` form, as some aggregated APIs
+    /// do: a request that also accepts plain JSON gets whole objects, one that does not gets
+    /// `406`.
+    pub fn serve_whole_only(&self, resource: Resource) {
+        let mut whole_only = lock(&self.shared.whole_only);
+        if !whole_only.contains(&resource) {
+            whole_only.push(resource.clone());
+        }
+        drop(whole_only);
+        self.serve(resource);
     }
 
     /// Closes every open watch connection mid-stream (no closing chunk); the clients watch

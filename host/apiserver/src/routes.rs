@@ -279,7 +279,11 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
                 .headers()
                 .get(header::ACCEPT)
                 .and_then(|v| v.to_str().ok());
-            let form = match Form::negotiate(accept, answer) {
+            let negotiated = match lock(&shared.whole_only).contains(&resource) {
+                true => Form::negotiate_whole_only(accept),
+                false => Form::negotiate(accept, answer),
+            };
+            let form = match negotiated {
                 Some(form) if method == Method::GET => form,
                 Some(_) => Form::Full,
                 None => {

@@ -234,6 +234,12 @@ impl FakeApiServer {
         self.server.serve(resource);
     }
 
+    /// Serves `resource` without the `PartialObjectMetadata` form, as some aggregated APIs
+    /// do: metadata-only clients that also accept JSON get whole objects.
+    pub fn serve_whole_only(&self, resource: Resource) {
+        self.server.serve_whole_only(resource);
+    }
+
     /// Sends a BOOKMARK with the current resourceVersion to every watch that asked for them.
     pub fn bookmark(&self) {
         self.memory().bookmark();

@@ -178,3 +178,55 @@ async fn a_list_answer_or_object_past_its_bound_is_an_error_naming_the_bound() {
         other => panic!("expected the object bound to be named, got {other:?}"),
     }
 }
+
+/// Issue 24: a type served without the metadata form (as some aggregated APIs are) answers a
+/// metadata-only source with whole objects; the metadata-only decoder keeps their metadata,
+/// so the informer syncs and follows changes all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_type_without_the_metadata_form_falls_back_to_whole_objects() {
+    use kubeplug_informer::informer::SharedIndexInformer;
+    use kubeplug_informer::object::ObjectDecoder;
+    use kubeplug_informer::reflector::ReflectorConfig;
+    use kubeplug_informer::resource::Resource;
+
+    let f = start(FakeOptions::default()).await;
+    let widgets = Resource::new("example.com", "v1", "Widget", "widgets", true);
+    f.server.serve_whole_only(widgets.clone());
+    let widget = |name: &str| {
+        format!(
+            r#"{{"apiVersion":"example.com/v1","kind":"Widget","metadata":{{"name":"{name}","namespace":"ns"}},"spec":{{"size":1}}}}"#
+        )
+    };
+    f.server.memory().create(&widgets, &widget("w1")).unwrap();
+    let lw = f
+        .lister(widgets.clone(), None, KubeSourceOptions::default())
+        .metadata_only();
+    let page = lw.list(ListRequest::default()).await.unwrap();
+    let item: serde_json::Value = serde_json::from_slice(&page.items[0]).unwrap();
+    assert!(item.get("spec").is_some(), "whole objects: {item}");
+
+    let informer = SharedIndexInformer::new(
+        std::sync::Arc::new(lw),
+        ObjectDecoder::new(widgets.clone()).metadata_only(),
+        ReflectorConfig::default(),
+    );
+    informer.start();
+    tokio::time::timeout(std::time::Duration::from_secs(10), informer.wait_for_sync())
+        .await
+        .expect("synced");
+    f.server.memory().create(&widgets, &widget("w2")).unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while informer.indexer().len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "w2 never arrived");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    for object in informer.indexer().list() {
+        let json: serde_json::Value = serde_json::from_str(object.json()).unwrap();
+        assert_eq!(
+            (json["kind"].as_str(), json["apiVersion"].as_str()),
+            (Some("Widget"), Some("example.com/v1"))
+        );
+        assert!(json.get("spec").is_none(), "metadata alone cached: {json}");
+    }
+    informer.stop().await;
+}
