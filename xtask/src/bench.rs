@@ -321,6 +321,16 @@ pub const TARGETS: &[(&str, Bound)] = &[
         "envtest_sync.kubeplug_streaming_list.rss_synced",
         Bound::RatioAtMost(0.6),
     ),
+    // Issue 24: a metadata-only informer syncs no slower than kube-rs's metadata watcher
+    // (throughputs, so ≥ 1.0), and its RSS grows ≤ 0.3× the whole-object informer's.
+    (
+        "envtest_sync.kubeplug_metadata_only.objects_per_second",
+        Bound::RatioAtLeast(1.0),
+    ),
+    (
+        "envtest_sync.kubeplug_metadata_only.rss_growth",
+        Bound::RatioAtMost(0.3),
+    ),
 ];
 
 /// The target of `figure`, if it has one.

@@ -1,7 +1,9 @@
 //! Initial sync through the real HTTP path: the fake API server, a real kube client,
 //! `KubeListerWatcher`, the informer. Prints sync time and cache bytes per object, for
-//! list-then-watch and for a streaming list (its ratio is its objects/s over
-//! list-then-watch's), so the informer's memory target can be checked on this path too, and
+//! list-then-watch, for a streaming list and for a streaming list of metadata alone (issue 24;
+//! their ratios are their objects/s over list-then-watch's, and the metadata-only cache's
+//! bytes per object over the whole-object streaming list's), so the informer's memory target
+//! can be checked on this path too, and
 //! the process's RSS once synced (the fake API server, holding every object, runs in the
 //! same process: compare the modes with each other, not with a real host).
 //! `KUBEPLUG_BENCH_OBJECTS` sets the sizes, comma-separated (default `10000,100000`
@@ -43,10 +45,12 @@ fn configmap(i: usize) -> String {
     .to_string()
 }
 
+/// One sync in `mode`, of metadata alone with `metadata`.
 async fn sync_once(
     server: &FakeApiServer,
     client: &KubeClient,
     mode: InitialListMode,
+    metadata: bool,
 ) -> (Duration, i64, usize, u64) {
     let resource = Resource::new("", "v1", "ConfigMap", "configmaps", true);
     let region = Region::new(ALLOCATOR);
@@ -62,7 +66,15 @@ async fn sync_once(
         initial_list: mode,
         ..ReflectorConfig::default()
     };
-    let informer = SharedIndexInformer::new(Arc::new(lw), ObjectDecoder::new(resource), config);
+    let decoder = ObjectDecoder::new(resource);
+    let informer = match metadata {
+        true => SharedIndexInformer::new(
+            Arc::new(lw.metadata_only()),
+            decoder.metadata_only(),
+            config,
+        ),
+        false => SharedIndexInformer::new(Arc::new(lw), decoder, config),
+    };
     let started = Instant::now();
     informer.start();
     informer.wait_for_sync().await;
@@ -122,17 +134,21 @@ fn main() {
             );
             println!("|---|---|---|---|---|---|---|");
             let prefix = format!("kube_sync.{objects}");
-            // Streaming lists are compared with list-then-watch, the first mode.
+            // The other modes are compared with list-then-watch, the first.
             let mut list_then_watch_rate = None;
-            for (name, mode) in [
-                ("list_then_watch", InitialListMode::ListThenWatch),
-                ("streaming_list", InitialListMode::StreamingList),
+            // The metadata-only cache is compared with the streaming list's, of whole objects.
+            let mut whole_cache = None;
+            for (name, mode, metadata) in [
+                ("list_then_watch", InitialListMode::ListThenWatch, false),
+                ("streaming_list", InitialListMode::StreamingList, false),
+                ("metadata_only", InitialListMode::StreamingList, true),
             ] {
-                sync_once(&server, &client, mode).await; // warm-up
+                sync_once(&server, &client, mode, metadata).await; // warm-up
                 let (mut rates, mut lives, mut jsons, mut rsses) =
                     (Vec::new(), Vec::new(), Vec::new(), Vec::new());
                 for _ in 0..run.repetitions() {
-                    let (took, live, json, rss) = sync_once(&server, &client, mode).await;
+                    let (took, live, json, rss) =
+                        sync_once(&server, &client, mode, metadata).await;
                     rates.push(objects as f64 / took.as_secs_f64());
                     lives.push(live as f64 / objects as f64);
                     jsons.push(json as f64 / objects as f64);
@@ -174,6 +190,19 @@ fn main() {
                     .against(&json_figure, live / json),
                 );
                 figures.push(Figure::new(json_figure, json, "bytes"));
+                if metadata {
+                    // The same bytes per object, against the whole objects' cache.
+                    let whole: f64 = whole_cache.expect("the streaming list ran first");
+                    figures.push(
+                        Figure::new(format!("{prefix}.{name}.cache_against_whole"), live, "bytes")
+                            .against(
+                                format!("{prefix}.streaming_list.cache_bytes_per_object"),
+                                live / whole,
+                            ),
+                    );
+                } else if mode == InitialListMode::StreamingList {
+                    whole_cache = Some(live);
+                }
                 figures.push(Figure::new(
                     format!("{prefix}.{name}.rss_synced"),
                     rss,
