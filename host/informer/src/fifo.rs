@@ -136,6 +136,9 @@ pub struct DeltaFifo {
     /// The source generation of the newest `replace` whose keys have all been popped (and
     /// processed): written under the lock, so that readers holding it see the latest.
     relisted: AtomicU64,
+    /// Wakes the consumer when `relisted` advances. `notify_one` keeps a permit, so a relist
+    /// done while the consumer is busy is not missed.
+    relisted_now: Notify,
 }
 
 impl std::fmt::Debug for DeltaFifo {
@@ -158,6 +161,7 @@ impl DeltaFifo {
             synced: Arc::default(),
             synced_now: Notify::new(),
             relisted: AtomicU64::new(0),
+            relisted_now: Notify::new(),
         }
     }
 
@@ -267,7 +271,14 @@ impl DeltaFifo {
         if let Some((generation, 0)) = state.relisting {
             state.relisting = None;
             self.relisted.fetch_max(generation, Ordering::AcqRel);
+            self.relisted_now.notify_one();
         }
+    }
+
+    /// Waits until a relist is done ([`relisted`](Self::relisted) advances), for the
+    /// consumer: a relist that found nothing to queue pops no key. Cancel-safe.
+    pub async fn relist_done(&self) {
+        self.relisted_now.notified().await;
     }
 
     /// The source generation of the newest relist whose keys have all been popped: once

@@ -408,15 +408,18 @@ impl SharedIndexInformer {
 async fn process_deltas(inner: Arc<Inner>, mut writer: IndexerWriter) {
     let fifo = inner.fifo.clone();
     loop {
-        let more = fifo
-            .pop(|_, deltas, in_initial_list| {
-                handle_deltas(&inner, &mut writer, deltas, in_initial_list);
-                start_waiting(&inner, fifo.relisted());
-                Processed::Done
-            })
-            .await;
-        if !more {
-            return;
+        let popped = fifo.pop(|_, deltas, in_initial_list| {
+            handle_deltas(&inner, &mut writer, deltas, in_initial_list);
+            Processed::Done
+        });
+        tokio::select! {
+            more = popped => if !more {
+                return;
+            },
+            // A relist that queued nothing (nothing listed, nothing cached) pops no key.
+            () = fifo.relist_done() => fifo.exclusive(|| {
+                start_waiting(&inner.indexer, &mut lock(&inner.processor), fifo.relisted());
+            }),
         }
     }
 }
@@ -454,12 +457,14 @@ fn handle_deltas(inner: &Inner, writer: &mut IndexerWriter, deltas: Deltas, in_i
             },
         }
     }
+    // This key may have been the last of a relist.
+    start_waiting(&inner.indexer, &mut processor, inner.fifo.relisted());
 }
 
 /// Starts the handlers waiting for a relist up to generation `relisted`: the cache is
-/// replayed to each. Called with the FIFO locked, after a key's deltas were processed.
-fn start_waiting(inner: &Inner, relisted: u64) {
-    let mut processor = lock(&inner.processor);
+/// replayed to each. Called with the FIFO locked, after a key's deltas were processed or
+/// when a relist that queued nothing is done.
+fn start_waiting(indexer: &Indexer, processor: &mut Processor, relisted: u64) {
     if processor.waiting.is_empty() {
         return;
     }
@@ -473,7 +478,7 @@ fn start_waiting(inner: &Inner, relisted: u64) {
         ..
     } in ready
     {
-        replay_cache(&inner.indexer, &mut listener);
+        replay_cache(indexer, &mut listener);
         // The relist came after the first list: the informer has synced.
         synced.store(true, Ordering::Release);
         processor.listeners.push(listener);

@@ -321,6 +321,43 @@ async fn switching_between_metadata_and_whole_objects_is_a_relist() {
     informer.stop().await;
 }
 
+/// Issue 24: a handler waiting for the relist of a switch starts even when that relist finds
+/// nothing, and so pops no key.
+#[tokio::test(start_paused = true)]
+async fn a_handler_waiting_for_a_relist_that_finds_nothing_starts() {
+    let server = MemoryServer::new();
+    let informer = SharedIndexInformer::new(
+        Arc::new(
+            server
+                .lister_watcher(pods(), None, None, None)
+                .metadata_only(),
+        ),
+        ObjectDecoder::new(pods()).metadata_only(),
+        ReflectorConfig::default(),
+    );
+    informer.start();
+    informer.wait_for_sync().await;
+    informer.switch_source(
+        Arc::new(server.lister_watcher(pods(), None, None, None)),
+        ObjectDecoder::new(pods()),
+    );
+    let mut bodies = informer.add_handler(HandlerOptions::default());
+    assert!(!bodies.has_synced(), "waits for the relist");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !bodies.has_synced() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never started after an empty relist"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.create(&pods(), &pod("a", 1)).unwrap();
+    let mut view = View::default();
+    read_until(&mut bodies, &mut view, |v| v.log.len() == 1).await;
+    assert_eq!(view.log[0].1, "add");
+    informer.stop().await;
+}
+
 /// `wait_for_sync` is woken by the sync itself: on a paused clock no timer has to fire, and
 /// whoever it wakes finds the whole initial list cached.
 #[tokio::test(start_paused = true)]
