@@ -139,6 +139,8 @@ pub struct DeltaFifo {
     /// Wakes the consumer when `relisted` advances. `notify_one` keeps a permit, so a relist
     /// done while the consumer is busy is not missed.
     relisted_now: Notify,
+    /// Wakes every [`wait_for_relist`](Self::wait_for_relist) when `relisted` advances.
+    relisted_waiters: Notify,
 }
 
 impl std::fmt::Debug for DeltaFifo {
@@ -162,6 +164,7 @@ impl DeltaFifo {
             synced_now: Notify::new(),
             relisted: AtomicU64::new(0),
             relisted_now: Notify::new(),
+            relisted_waiters: Notify::new(),
         }
     }
 
@@ -272,6 +275,21 @@ impl DeltaFifo {
             state.relisting = None;
             self.relisted.fetch_max(generation, Ordering::AcqRel);
             self.relisted_now.notify_one();
+            self.relisted_waiters.notify_waiters();
+        }
+    }
+
+    /// Waits until [`relisted`](Self::relisted) reaches `generation`.
+    pub async fn wait_for_relist(&self, generation: u64) {
+        loop {
+            let relisted_now = self.relisted_waiters.notified();
+            tokio::pin!(relisted_now);
+            // Registered before the check, so that a relist done in between still wakes it.
+            relisted_now.as_mut().enable();
+            if self.relisted() >= generation {
+                return;
+            }
+            relisted_now.await;
         }
     }
 

@@ -378,6 +378,32 @@ impl SharedIndexInformer {
         self.inner.fifo.wait_for_sync().await;
     }
 
+    /// True once the cache holds what its users need: synced, and, when the source sends
+    /// bodies, every cached object came from such a source (the relist of a switch to it
+    /// has been processed). A reader of bodies waits for this rather than for
+    /// [`has_synced`](Self::has_synced): a switched informer stays synced while it relists.
+    pub fn has_complete_cache(&self) -> bool {
+        self.has_synced()
+            && (self.is_metadata_only()
+                || self.inner.fifo.relisted() >= self.inner.bodies_since.load(Ordering::Acquire))
+    }
+
+    /// Waits until [`has_complete_cache`](Self::has_complete_cache).
+    pub async fn wait_for_complete_cache(&self) {
+        self.wait_for_sync().await;
+        loop {
+            let since = self.inner.bodies_since.load(Ordering::Acquire);
+            if self.is_metadata_only() {
+                return;
+            }
+            self.inner.fifo.wait_for_relist(since).await;
+            // A switch meanwhile has a relist of its own to wait for.
+            if self.inner.bodies_since.load(Ordering::Acquire) == since {
+                return;
+            }
+        }
+    }
+
     /// The Reflector's counters now.
     pub fn reflector_counts(&self) -> ReflectorCounts {
         self.inner.reflector_stats.counts()

@@ -239,6 +239,11 @@ async fn switching_between_metadata_and_whole_objects_is_a_relist() {
         ObjectDecoder::new(pods()),
     );
     assert!(!informer.is_metadata_only());
+    assert!(informer.has_synced());
+    assert!(
+        !informer.has_complete_cache(),
+        "synced, but relisting for bodies"
+    );
     // Changes the old watch never delivers: the relist finds them.
     let b_rv = server_state(&server)["ns/b"];
     server.update(&pods(), &pod("a", 2)).unwrap();
@@ -250,6 +255,15 @@ async fn switching_between_metadata_and_whole_objects_is_a_relist() {
     assert!(!bodies.has_synced(), "waits for the relist");
     assert_eq!(informer.handler_count(), 2);
 
+    informer.wait_for_complete_cache().await;
+    assert!(
+        informer
+            .indexer()
+            .list()
+            .iter()
+            .all(|object| object.json().contains(r#""spec""#)),
+        "a complete cache holds bodies"
+    );
     read_until(&mut labels, &mut view, |v| v.log.len() == 6).await;
     let rv = |name: &str| server_state(&server)[&format!("ns/{name}")];
     let mut after_switch = view.log[3..].to_vec();

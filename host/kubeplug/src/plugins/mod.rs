@@ -72,7 +72,9 @@ struct Prepared {
 
 impl Prepared {
     fn synced(&self) -> bool {
-        self.reads.iter().all(|(_, informer)| informer.has_synced())
+        self.reads
+            .iter()
+            .all(|(_, informer)| informer.has_complete_cache())
     }
 
     /// Why it has not started: each informer not synced, and the reason it gives.
@@ -80,7 +82,7 @@ impl Prepared {
         let mut informers: Vec<(String, String)> = self
             .reads
             .iter()
-            .filter(|(_, informer)| !informer.has_synced())
+            .filter(|(_, informer)| !informer.has_complete_cache())
             .map(|(resource, informer)| {
                 let error = informer.last_error();
                 (
@@ -552,8 +554,13 @@ impl PluginHost {
                 .iter()
                 .map(|(_, informer)| informer.clone())
                 .collect();
-            let synced =
-                futures::future::join_all(informers.iter().map(SharedIndexInformer::wait_for_sync));
+            // Complete, not only synced: a type switched to whole objects for a reader of
+            // bodies relists before the plugin may read it.
+            let synced = futures::future::join_all(
+                informers
+                    .iter()
+                    .map(SharedIndexInformer::wait_for_complete_cache),
+            );
             tokio::pin!(synced);
             tokio::select! {
                 biased;
