@@ -276,6 +276,21 @@ pub struct SourceSwitch {
     pub generation: u64,
 }
 
+/// The next source `switches` sees, with the receiver handed back; never, without a
+/// receiver or once the informer (the sender) is gone, when cancellation follows.
+async fn next_switch(
+    switches: Option<watch::Receiver<SourceSwitch>>,
+) -> (watch::Receiver<SourceSwitch>, SourceSwitch) {
+    let Some(mut switches) = switches else {
+        return std::future::pending().await;
+    };
+    if switches.changed().await.is_err() {
+        return std::future::pending().await;
+    }
+    let newest = switches.borrow_and_update().clone();
+    (switches, newest)
+}
+
 /// ListAndWatch for one resource into a [`DeltaFifo`]. See the module docs.
 pub struct Reflector {
     source: Arc<dyn ListerWatcher>,
@@ -348,27 +363,24 @@ impl Reflector {
                     self.switch(newest);
                 }
             }
+            // Both waits live across steps: a step per watch event must not register and
+            // drop a waiter each time.
+            let switched = next_switch(switches);
+            tokio::pin!(switched);
+            let cancelled = cancel.cancelled();
+            tokio::pin!(cancelled);
             let mut state = State::List;
             loop {
                 // A panic in a step (a bug, or a source that panicked) must not end the
                 // informer's only Reflector silently: it is counted, logged, and followed by
                 // a fresh list after a back-off, the way a failed list is.
                 let step = AssertUnwindSafe(self.step(state)).catch_unwind();
-                let switched = async {
-                    match &mut switches {
-                        Some(switches) => match switches.changed().await {
-                            Ok(()) => switches.borrow_and_update().clone(),
-                            // The informer is gone; cancellation follows.
-                            Err(_) => std::future::pending().await,
-                        },
-                        None => std::future::pending().await,
-                    }
-                };
                 tokio::select! {
                     biased;
-                    () = cancel.cancelled() => return,
-                    switch = switched => {
+                    () = &mut cancelled => return,
+                    (switches, switch) = &mut switched => {
                         self.switch(switch);
+                        switched.set(next_switch(Some(switches)));
                         state = State::List;
                     }
                     next = step => state = match next {
