@@ -444,7 +444,7 @@ async fn process_deltas(inner: Arc<Inner>, mut writer: IndexerWriter) {
             },
             // A relist that queued nothing (nothing listed, nothing cached) pops no key.
             () = fifo.relist_done() => fifo.exclusive(|| {
-                start_waiting(&inner.indexer, &mut lock(&inner.processor), fifo.relisted());
+                start_waiting(&inner.indexer, &mut lock(&inner.processor), &fifo);
             }),
         }
     }
@@ -484,16 +484,17 @@ fn handle_deltas(inner: &Inner, writer: &mut IndexerWriter, deltas: Deltas, in_i
         }
     }
     // This key may have been the last of a relist.
-    start_waiting(&inner.indexer, &mut processor, inner.fifo.relisted());
+    start_waiting(&inner.indexer, &mut processor, &inner.fifo);
 }
 
-/// Starts the handlers waiting for a relist up to generation `relisted`: the cache is
-/// replayed to each. Called with the FIFO locked, after a key's deltas were processed or
-/// when a relist that queued nothing is done.
-fn start_waiting(indexer: &Indexer, processor: &mut Processor, relisted: u64) {
+/// Starts the handlers waiting for a relist the FIFO has done: the cache is replayed to
+/// each. Called with the FIFO locked, after a key's deltas were processed or when a relist
+/// that queued nothing is done.
+fn start_waiting(indexer: &Indexer, processor: &mut Processor, fifo: &DeltaFifo) {
     if processor.waiting.is_empty() {
         return;
     }
+    let relisted = fifo.relisted();
     let (ready, waiting): (Vec<Waiting>, Vec<Waiting>) = std::mem::take(&mut processor.waiting)
         .into_iter()
         .partition(|w| w.relist <= relisted);
