@@ -335,6 +335,7 @@ impl Runtime {
                 unwritten.join(", ")
             );
         }
+        spec.cache.reads_bodies_of(&description.body_types());
         let mut handles = Vec::new();
         let mut indexes = BTreeMap::new();
         for decl in &description.indexes {

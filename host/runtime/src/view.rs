@@ -1,7 +1,7 @@
 //! What the runtime needs from the rest of the host, as traits: the shared cache and the
 //! cluster. The binary implements them over the informers and kube; tests over fakes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -16,7 +16,16 @@ use crate::gvk::Gvk;
 /// serves `r`. The runtime checks grants before asking, and adds the plugin's declared
 /// indexes to the returned indexer at load. `has_synced(r)` says whether that cache holds
 /// the first complete list: before, a read answers `unavailable`, never an empty result.
+/// `reads_bodies_of` comes first, once, before any other call.
 pub trait CacheView: Send + Sync + 'static {
+    /// Told once at load, after `describe` and before any other call: the types whose
+    /// bodies the plugin reads ([`Description::body_types`]: JSON, projections, `path`
+    /// indexes). Of every other type it reads metadata alone, which a view may then serve
+    /// from a cache of metadata only. Views whose caches are fixed keep the default.
+    ///
+    /// [`Description::body_types`]: crate::description::Description::body_types
+    fn reads_bodies_of(&self, _types: &BTreeSet<Gvk>) {}
+
     /// The cache for `resource`.
     fn indexer(&self, resource: &Gvk) -> Option<Indexer>;
 

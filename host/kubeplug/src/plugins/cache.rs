@@ -1,8 +1,8 @@
 //! What plugins read: the informers' caches, one per resource type, through the runtime's
 //! [`CacheView`].
 
-use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use kubeplug_informer::factory::{InformerKey, InformerLease, Needs, SharedInformerFactory};
 use kubeplug_informer::indexer::Indexer;
@@ -16,12 +16,19 @@ use super::Resolver;
 /// (`--namespace`) when it has one, kept running by a lease while any plugin may read it.
 /// Subscriptions without selectors, in the host's namespace, share these informers, so
 /// such a plugin reads exactly what its events come from.
+///
+/// Each plugin version has its own, so that its leases say what it needs: whole objects
+/// of the types whose bodies it reads, metadata alone of the rest. The informers are the
+/// factory's, shared with every other plugin; one that another lease needs whole is whole.
 pub(crate) struct FactoryCache {
     factory: SharedInformerFactory,
     resolve: Resolver,
     /// The host's namespace: reads of namespaced types see only it, so that the host needs
     /// no more than the namespaced Role `kubeplug rbac --namespace` prints.
     namespace: Option<String>,
+    /// The types whose bodies the plugin reads, once the runtime has said; until then,
+    /// every lease is for whole objects.
+    bodies: OnceLock<BTreeSet<Gvk>>,
     // A std mutex: lookups are short and never span an `.await`.
     leases: Mutex<BTreeMap<Gvk, InformerLease>>,
 }
@@ -36,6 +43,7 @@ impl FactoryCache {
             factory,
             resolve,
             namespace,
+            bodies: OnceLock::new(),
             leases: Mutex::default(),
         }
     }
@@ -44,6 +52,12 @@ impl FactoryCache {
         self.leases
             .lock()
             .expect("cache leases poisoned by a panic")
+    }
+
+    fn reads_bodies(&self, resource: &Gvk) -> bool {
+        self.bodies
+            .get()
+            .is_none_or(|bodies| bodies.contains(resource))
     }
 
     /// The informer that serves reads of `resource`, started if needed; `None` when the
@@ -63,9 +77,11 @@ impl FactoryCache {
             namespace,
             ..InformerKey::all(served)
         };
-        // Whole objects: this informer serves every plugin's reads and path indexes of
-        // the type, and which of them need bodies is not counted per informer.
-        match self.factory.lease(key, Needs::Bodies) {
+        let needs = match self.reads_bodies(resource) {
+            true => Needs::Bodies,
+            false => Needs::Metadata,
+        };
+        match self.factory.lease(key, needs) {
             Ok(lease) => {
                 let informer = lease.informer().clone();
                 leases.insert(resource.clone(), lease);
@@ -80,6 +96,14 @@ impl FactoryCache {
 }
 
 impl CacheView for FactoryCache {
+    fn reads_bodies_of(&self, types: &BTreeSet<Gvk>) {
+        if self.bodies.set(types.clone()).is_err() {
+            error!(
+                "the runtime declared a plugin's body types twice; the first declaration stands"
+            );
+        }
+    }
+
     fn namespaced(&self, resource: &Gvk) -> Option<bool> {
         self.resolve
             .cached(resource)
@@ -91,9 +115,15 @@ impl CacheView for FactoryCache {
             .map(|informer| informer.indexer().clone())
     }
 
+    /// A reader of bodies waits, too, while its informer relists to switch to whole
+    /// objects: until then the cache may hold metadata alone.
     fn has_synced(&self, resource: &Gvk) -> bool {
+        let reads_bodies = self.reads_bodies(resource);
         self.leases()
             .get(resource)
-            .is_some_and(|lease| lease.informer().has_synced())
+            .is_some_and(|lease| match reads_bodies {
+                true => lease.informer().has_complete_cache(),
+                false => lease.informer().has_synced(),
+            })
     }
 }

@@ -36,6 +36,7 @@ fn guest(name: &str) -> PathBuf {
         "label-reader",
         "reconciler",
         "hostile-secrets",
+        "field-reader",
     ]
     .map(String::from);
     BUILT
@@ -62,14 +63,16 @@ struct Handled {
     resource_version: u64,
 }
 
-/// The cluster writer of these tests: collects the recorders' `Handled` Events, and the
-/// keys whose reconcile the `reconciler` guest finished. A write waits while a test holds
-/// `gate` for writing (a cluster that stopped answering).
+/// The cluster writer of these tests: collects the recorders' `Handled` Events, the
+/// keys whose reconcile the `reconciler` guest finished, and the `field-reader` guest's
+/// observations. A write waits while a test holds `gate` for writing (a cluster that
+/// stopped answering).
 #[derive(Default)]
 struct Recorded(
     Mutex<Vec<Handled>>,
     Mutex<BTreeSet<String>>,
     Arc<tokio::sync::RwLock<()>>,
+    Mutex<Vec<serde_json::Value>>,
 );
 
 impl Recorded {
@@ -123,6 +126,9 @@ impl Recorded {
                 let key = observation["key"].as_str().unwrap().to_owned();
                 self.1.lock().unwrap().insert(key);
             }
+            if observation.get("projected").is_some() {
+                self.3.lock().unwrap().push(observation);
+            }
         }
     }
 }
@@ -146,11 +152,16 @@ fn config_maps() -> Resource {
     Resource::new("", "v1", "ConfigMap", "configmaps", true)
 }
 
+fn pods() -> Resource {
+    Resource::new("", "v1", "Pod", "pods", true)
+}
+
 /// Resources (by plural) the harness's API server refuses to list or watch, as an API
 /// server does for a service account without the RBAC rule: `403 Forbidden`.
 type Refused = Arc<Mutex<BTreeSet<String>>>;
 
-/// The local cluster as the informers' source, refusing the resources of `refused`.
+/// The local cluster as the informers' source, in both forms (whole objects and metadata
+/// alone), refusing the resources of `refused`.
 struct Refusing {
     cluster: LocalCluster,
     refused: Refused,
@@ -163,6 +174,20 @@ impl SourceProvider for Refusing {
             plural: key.resource.plural.clone(),
             refused: self.refused.clone(),
         }))
+    }
+
+    fn metadata_lister_watcher(
+        &self,
+        key: &InformerKey,
+    ) -> Result<Option<Arc<dyn ListerWatcher>>, FactoryError> {
+        let Some(inner) = self.cluster.metadata_lister_watcher(key)? else {
+            return Ok(None);
+        };
+        Ok(Some(Arc::new(RefusingSource {
+            inner,
+            plural: key.resource.plural.clone(),
+            refused: self.refused.clone(),
+        })))
     }
 }
 
@@ -350,11 +375,12 @@ impl Harness {
         self.write_padded_config_map(name, value, 0);
     }
 
-    /// [`write_config_map`](Self::write_config_map), with `padding` more bytes of data.
+    /// [`write_config_map`](Self::write_config_map), with `padding` more bytes in an
+    /// annotation: metadata, so that a metadata-only informer holds them too.
     fn write_padded_config_map(&self, name: &str, value: u64, padding: usize) {
         let pad = "x".repeat(padding);
         let json = format!(
-            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"default"}},"data":{{"n":"{value}","pad":"{pad}"}}}}"#
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"default","annotations":{{"pad":"{pad}"}}}},"data":{{"n":"{value}"}}}}"#
         );
         let written = self.cluster.server().apply(&config_maps(), &json).unwrap();
         self.written
@@ -1474,5 +1500,99 @@ async fn a_stalled_plugins_buffer_keeps_the_latest_state_per_key_past_its_budget
     drop(stalled);
     drained(&harness).await;
     assert_eq!(report().last_error, None);
+    harness.stop().await;
+}
+
+/// The factory's informer of `kind` (the only one), if it runs.
+fn informer_of(harness: &Harness, kind: &str) -> Option<SharedIndexInformer> {
+    let keys = harness.factory.keys();
+    let mut of_kind = keys.iter().filter(|key| key.resource.kind == kind);
+    let key = of_kind.next()?;
+    assert!(of_kind.next().is_none(), "one informer of {kind}: {keys:?}");
+    harness.factory.informer(key)
+}
+
+/// Issue 24: a reconcile plugin that reads its objects' metadata through the cache keeps
+/// their informer metadata-only: its cache holds no bodies, and each reconcile still reads
+/// what it needs there. Regression: every cache read leased whole objects, so any plugin
+/// that read the cache made its types' informers list and watch bodies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_reading_metadata_through_the_cache_keeps_its_informer_metadata_only() {
+    let count = 20;
+    let harness = reconciler_with_a_queue(count).await;
+    eventually("every key is reconciled", LONG, || {
+        harness.recorded.reconciled().len() == count
+    })
+    .await;
+    let informer = informer_of(&harness, "ConfigMap").expect("the ConfigMap informer runs");
+    assert!(informer.is_metadata_only());
+    let cached = informer.indexer().list();
+    assert_eq!(cached.len(), count);
+    for object in cached {
+        assert!(!object.json().contains("\"data\""), "{}", object.json());
+    }
+    let report = harness.report("reconciler.wasm").unwrap();
+    assert_eq!(report.last_error, None);
+    assert!(
+        report.informers.iter().all(|i| i.metadata_only),
+        "{report:?}"
+    );
+    harness.stop().await;
+}
+
+/// Issue 24: a plugin that reads Pods' bodies through the cache, loaded beside one that
+/// watches their metadata alone, switches the shared informer to whole objects and reads
+/// bodies from its first event on; when it goes, the informer switches back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_reading_bodies_through_the_cache_never_reads_metadata_alone() {
+    let config = format!(
+        "{CONFIG}\n[plugins.field-reader]\n\
+         settings = {{ projections = [], cache_reads = [[\"node\", \"spec.nodeName\"]], read_bodies = true }}\n\
+         [plugins.field-reader.grants]\n\
+         write = {{ \"test.kubeplug.io/v1/Observation\" = [\"create\"] }}\n"
+    );
+    let harness = Harness::configured(settled(), &config).await;
+    let count = 30;
+    for i in 0..count {
+        let json = format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p-{i}","namespace":"default"}},"spec":{{"nodeName":"node-{i}"}}}}"#
+        );
+        harness.cluster.server().apply(&pods(), &json).unwrap();
+    }
+    harness.publish("recorder.wasm", &guest_bytes("recorder-pods"));
+    eventually("the Pods informer runs metadata-only", LONG, || {
+        informer_of(&harness, "Pod").is_some_and(|i| i.is_metadata_only() && i.has_synced())
+    })
+    .await;
+
+    harness.publish("field-reader.wasm", &guest_bytes("field-reader"));
+    eventually("the field reader observed every Pod", LONG, || {
+        harness.recorded.3.lock().unwrap().len() >= count
+    })
+    .await;
+    assert!(!informer_of(&harness, "Pod").unwrap().is_metadata_only());
+    for observation in harness.recorded.3.lock().unwrap().iter() {
+        let key = observation["key"].as_str().unwrap();
+        let node = key.replace("default/p-", "node-");
+        assert_eq!(
+            observation["cached"]["node"],
+            node.as_str(),
+            "{observation}"
+        );
+    }
+
+    std::fs::remove_file(harness.file("field-reader.wasm")).unwrap();
+    eventually("the informer switches back to metadata alone", LONG, || {
+        informer_of(&harness, "Pod").is_some_and(|i| {
+            i.is_metadata_only()
+                && i.has_synced()
+                && i.indexer()
+                    .list()
+                    .iter()
+                    .all(|o| !o.json().contains("\"spec\""))
+        })
+    })
+    .await;
+    assert_eq!(harness.report("recorder.wasm").unwrap().last_error, None);
     harness.stop().await;
 }

@@ -671,17 +671,19 @@ async fn configmap_reload_rolls_a_deployment_when_its_config_map_changes(server:
 
     let plugins = cluster.dir.path().join("plugins");
     std::fs::create_dir(&plugins).unwrap();
-    std::fs::copy(
-        built_plugin("configmap-reload"),
-        plugins.join("configmap-reload.wasm"),
-    )
-    .unwrap();
+    // Beside label-audit, which reads Deployments' metadata alone: the informer they share
+    // is whole for configmap-reload's path indexes and reads, whichever loads first.
+    for name in ["configmap-reload", "label-audit"] {
+        std::fs::copy(built_plugin(name), plugins.join(format!("{name}.wasm"))).unwrap();
+    }
     let config = cluster.dir.path().join("kubeplug.toml");
     std::fs::write(
         &config,
         "[plugins.configmap-reload]\nsettings = { secrets = false }\n\
          [plugins.configmap-reload.grants]\nread = [\"apps/v1/Deployment\", \"v1/ConfigMap\"]\n\
-         write = { \"apps/v1/Deployment\" = [\"patch\"] }\n",
+         write = { \"apps/v1/Deployment\" = [\"patch\"] }\n\
+         [plugins.label-audit.grants]\nread = [\"apps/v1/Deployment\", \"v1/Pod\"]\n\
+         write = { \"apps/v1/Deployment\" = [\"record-event\"] }\n",
     )
     .unwrap();
     let host = Host::start(&[
@@ -716,9 +718,35 @@ async fn configmap_reload_rolls_a_deployment_when_its_config_map_changes(server:
     .await;
     let (_, body) = host.get("/plugins");
     let report: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(report[0]["state"], "running", "{report}");
+    let plugin = |name: &str| {
+        let plugins = report.as_array().unwrap().iter();
+        plugins
+            .into_iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {report}"))
+    };
+    let reload = plugin("configmap-reload");
+    assert_eq!(reload["state"], "running", "{report}");
     assert!(
-        report[0]["events_delivered"].as_u64().unwrap() >= 2,
+        reload["events_delivered"].as_u64().unwrap() >= 2,
         "{report}"
     );
+    // label-audit's Deployments informer is shared and whole; its Pods one is its own.
+    let metadata_only: Vec<(String, bool)> = plugin("label-audit")["informers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            let resource = i["informer"].as_str().unwrap();
+            (resource.to_owned(), i["metadata_only"].as_bool().unwrap())
+        })
+        .collect();
+    assert_eq!(metadata_only.len(), 2, "{report}");
+    for (informer, metadata_only) in metadata_only {
+        assert_eq!(
+            metadata_only,
+            informer.contains("pods"),
+            "{informer}: {report}"
+        );
+    }
 }
