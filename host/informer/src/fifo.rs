@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use smallvec::{SmallVec, smallvec};
 use tokio::sync::Notify;
 
 use crate::indexer::Indexer;
@@ -59,8 +60,9 @@ impl Delta {
     }
 }
 
-/// The deltas of one key, oldest first. Never empty while queued.
-pub type Deltas = Vec<Delta>;
+/// The deltas of one key, oldest first. Never empty while queued. Most keys wait with one
+/// delta, held inline.
+pub type Deltas = SmallVec<[Delta; 1]>;
 
 #[derive(Default)]
 struct State {
@@ -89,7 +91,7 @@ impl State {
             }
             None => {
                 self.queue.push_back(key.clone());
-                self.items.insert(key, vec![delta]);
+                self.items.insert(key, smallvec![delta]);
             }
         }
     }

@@ -81,10 +81,27 @@ impl IndexSpec {
             Self::OwnerUid => object
                 .owner_references()
                 .iter()
-                .map(|o| o.uid.to_string())
+                .map(|o| o.uid().to_owned())
                 .collect(),
             Self::Path(path) => path::values_of(path, object),
             Self::Custom { func, .. } => func(object),
+        }
+    }
+
+    /// Whether two versions of one object (the same key) are filed under the same values,
+    /// when that can be told without computing them: most updates leave the namespace,
+    /// labels and owners alone, and computing the values allocates. `false` means "compute
+    /// them"; for `path` indexes the Indexer compares kept values instead.
+    fn files_alike(&self, old: &Object, new: &Object) -> bool {
+        match self {
+            // The key holds the namespace.
+            Self::Namespace => true,
+            Self::Label(key) => old.label(key) == new.label(key),
+            Self::OwnerUid => {
+                let (old, new) = (old.owner_references(), new.owner_references());
+                old.len() == new.len() && old.iter().zip(new).all(|(a, b)| a.uid() == b.uid())
+            }
+            Self::Path(_) | Self::Custom { .. } => false,
         }
     }
 
@@ -211,6 +228,9 @@ impl State {
         let old = self.items.insert(key.clone(), object.clone());
         for index in self.indexes.values_mut().filter(|index| !index.is_path()) {
             if let Some(old) = &old {
+                if index.spec.files_alike(old, &object) {
+                    continue;
+                }
                 index.remove(&key, old);
             }
             index.insert(&key, &object);
@@ -673,6 +693,37 @@ mod tests {
             "p9"
         );
         assert_eq!(reader.len(), 1);
+    }
+
+    /// Updates that keep the values are skipped without computing them; those that change
+    /// them move the key.
+    #[test]
+    fn owner_index_follows_an_owner_change_and_ignores_other_updates() {
+        let (mut writer, reader) = new_indexer();
+        let owners = reader.add_index(IndexSpec::OwnerUid);
+        writer.put(pod("a", "p1", 1, &[], Some("uid-1")));
+        writer.put(pod("a", "p1", 2, &[("app", "web")], Some("uid-1")));
+        assert_eq!(
+            sorted(reader.index_keys(owners.name(), "uid-1").unwrap()),
+            ["a/p1"]
+        );
+        writer.put(pod("a", "p1", 3, &[], Some("uid-2")));
+        assert!(
+            reader
+                .index_keys(owners.name(), "uid-1")
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            sorted(reader.index_keys(owners.name(), "uid-2").unwrap()),
+            ["a/p1"]
+        );
+        writer.put(pod("a", "p1", 4, &[], None));
+        assert!(reader.index_values(owners.name()).unwrap().is_empty());
+        assert_eq!(
+            sorted(reader.index_keys(NAMESPACE_INDEX, "a").unwrap()),
+            ["a/p1"]
+        );
     }
 
     #[test]

@@ -10,10 +10,12 @@ use std::borrow::{Borrow, Cow};
 use std::fmt;
 use std::sync::Arc;
 
-use crate::resource::Resource;
-use crate::selected::{SelectedCell, Selection};
 use kubeplug_json::path::FieldPath;
 use kubeplug_json::{ArrayScanner, ObjectScanner, ScanError, needs_no_escapes, push_json_string};
+use smallvec::SmallVec;
+
+use crate::resource::Resource;
+use crate::selected::{SelectedCell, Selection};
 
 /// Why a piece of JSON could not become an [`Object`].
 ///
@@ -83,16 +85,23 @@ pub struct ObjectKey(Arc<str>);
 impl ObjectKey {
     /// The key of `name` in `namespace` (`None` or empty for cluster-scoped objects).
     pub fn new(namespace: Option<&str>, name: &str) -> Self {
-        match namespace {
-            Some(ns) if !ns.is_empty() => {
-                let mut key = String::with_capacity(ns.len() + 1 + name.len());
-                key.push_str(ns);
-                key.push('/');
-                key.push_str(name);
-                Self(key.into())
-            }
-            _ => Self(name.into()),
+        /// Keys up to this long (the longest namespace, 63 bytes, a '/' and the longest
+        /// name, 253) are joined on the stack, so that a key costs one allocation, the
+        /// `Arc`'s; longer ones come only from servers that break those limits.
+        const JOINED_ON_STACK: usize = 317;
+        let Some(ns) = namespace.filter(|ns| !ns.is_empty()) else {
+            return Self(name.into());
+        };
+        let len = ns.len() + 1 + name.len();
+        if len > JOINED_ON_STACK {
+            return Self(format!("{ns}/{name}").into());
         }
+        let mut joined = [0u8; JOINED_ON_STACK];
+        joined[..ns.len()].copy_from_slice(ns.as_bytes());
+        joined[ns.len()] = b'/';
+        joined[ns.len() + 1..len].copy_from_slice(name.as_bytes());
+        let key = std::str::from_utf8(&joined[..len]).expect("two strs joined by '/'");
+        Self(key.into())
     }
 
     /// The key as text.
@@ -179,19 +188,70 @@ impl Labels {
     }
 }
 
-/// One entry of `metadata.ownerReferences`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One entry of `metadata.ownerReferences`: its four strings share one allocation.
+#[derive(Clone, PartialEq, Eq)]
 pub struct OwnerReference {
+    /// `apiVersion`, `kind`, `name` and `uid`, one after another.
+    text: Box<str>,
+    /// Where `kind`, `name` and `uid` start in `text`.
+    starts: [usize; 3],
+    controller: bool,
+}
+
+impl OwnerReference {
+    /// An owner reference with these fields.
+    pub fn new(api_version: &str, kind: &str, name: &str, uid: &str, controller: bool) -> Self {
+        let mut text =
+            String::with_capacity(api_version.len() + kind.len() + name.len() + uid.len());
+        let mut starts = [0; 3];
+        text.push_str(api_version);
+        for (field, start) in [kind, name, uid].into_iter().zip(&mut starts) {
+            *start = text.len();
+            text.push_str(field);
+        }
+        Self {
+            text: text.into_boxed_str(),
+            starts,
+            controller,
+        }
+    }
+
     /// The owner's `apiVersion`.
-    pub api_version: Box<str>,
+    pub fn api_version(&self) -> &str {
+        &self.text[..self.starts[0]]
+    }
+
     /// The owner's `kind`.
-    pub kind: Box<str>,
+    pub fn kind(&self) -> &str {
+        &self.text[self.starts[0]..self.starts[1]]
+    }
+
     /// The owner's name (same namespace as the dependent).
-    pub name: Box<str>,
+    pub fn name(&self) -> &str {
+        &self.text[self.starts[1]..self.starts[2]]
+    }
+
     /// The owner's uid.
-    pub uid: Box<str>,
+    pub fn uid(&self) -> &str {
+        &self.text[self.starts[2]..]
+    }
+
     /// Whether this owner is the managing controller.
-    pub controller: bool,
+    pub fn controller(&self) -> bool {
+        self.controller
+    }
+}
+
+impl fmt::Debug for OwnerReference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnerReference")
+            .field("api_version", &self.api_version())
+            .field("kind", &self.kind())
+            .field("name", &self.name())
+            .field("uid", &self.uid())
+            .field("controller", &self.controller)
+            .finish()
+    }
 }
 
 /// `metadata.resourceVersion`: a number without an allocation for kube-apiserver's etcd
@@ -267,6 +327,19 @@ impl Object {
         }
     }
 
+    /// Puts [`resource_version_text`](Self::resource_version_text) in `out`, replacing
+    /// what it held: a watch remembers every event's version in one buffer.
+    pub fn write_resource_version(&self, out: &mut String) {
+        out.clear();
+        match &self.resource_version {
+            ResourceVersion::Number(number) => {
+                use fmt::Write as _;
+                write!(out, "{number}").expect("writing to a String cannot fail");
+            }
+            ResourceVersion::Opaque(text) => out.push_str(text),
+        }
+    }
+
     /// Whether `self` and `other` carry the same resourceVersion: the same state, as
     /// client-go decides that an update is a resync.
     pub fn same_version(&self, other: &Object) -> bool {
@@ -318,6 +391,8 @@ impl Object {
 #[derive(Clone)]
 pub struct ObjectDecoder {
     resource: Resource,
+    /// `resource`'s `apiVersion`, which every object is checked against: built once.
+    api_version: Box<str>,
     drop_managed_fields: bool,
     metadata_only: bool,
 }
@@ -340,6 +415,7 @@ impl ObjectDecoder {
     /// A decoder for `resource` that drops `metadata.managedFields`.
     pub fn new(resource: Resource) -> Self {
         Self {
+            api_version: resource.api_version().into(),
             resource,
             drop_managed_fields: true,
             metadata_only: false,
@@ -427,7 +503,7 @@ impl ObjectDecoder {
         let written = !self.metadata_only;
         if !(written && api_version.is_some()) {
             write_key(&mut out, "apiVersion");
-            push_json_string(&mut out, &self.resource.api_version());
+            push_json_string(&mut out, &self.api_version);
             out.push(',');
         }
         if !(written && kind.is_some()) {
@@ -448,7 +524,7 @@ impl ObjectDecoder {
         api_version: Option<&str>,
         kind: Option<&str>,
     ) -> Result<(), DecodeError> {
-        let expected_api = self.resource.api_version();
+        let expected_api = &*self.api_version;
         let expected_kind = &self.resource.kind;
         if api_version.is_some_and(|a| a != expected_api)
             || kind.is_some_and(|k| k != expected_kind)
@@ -643,7 +719,7 @@ fn json_str(raw: &str) -> Option<Cow<'_, str>> {
     }
 }
 
-fn decode_owner_references(raw: &str) -> Result<Box<[OwnerReference]>, String> {
+fn decode_owner_references<'a>(raw: &'a str) -> Result<Box<[OwnerReference]>, String> {
     let mut owners = Vec::new();
     let mut elements = ArrayScanner::new(raw).map_err(|e| e.to_string())?;
     while let Some(range) = elements.next_element().map_err(|e| e.to_string())? {
@@ -676,24 +752,23 @@ fn decode_owner_references(raw: &str) -> Result<Box<[OwnerReference]>, String> {
                 Some(json_str(value).ok_or_else(|| format!("[{index}].{field} is not a string"))?);
         }
         let [api_version, kind, name, uid] = fields;
-        let required = |value: Option<Cow<'_, str>>, field: &str| {
-            value
-                .map(|v| Box::<str>::from(&*v))
-                .ok_or_else(|| format!("[{index}] has no {field}"))
+        let required = |value: Option<Cow<'a, str>>, field: &str| {
+            value.ok_or_else(|| format!("[{index}] has no {field}"))
         };
-        owners.push(OwnerReference {
-            api_version: required(api_version, "apiVersion")?,
-            kind: required(kind, "kind")?,
-            name: required(name, "name")?,
-            uid: required(uid, "uid")?,
+        owners.push(OwnerReference::new(
+            &required(api_version, "apiVersion")?,
+            &required(kind, "kind")?,
+            &required(name, "name")?,
+            &required(uid, "uid")?,
             controller,
-        });
+        ));
     }
     Ok(owners.into_boxed_slice())
 }
 
 fn decode_labels(raw: &str) -> Result<Labels, &'static str> {
-    let mut pairs: Vec<(Cow<'_, str>, Cow<'_, str>)> = Vec::new();
+    // Sorted on the stack: most objects have a handful of labels.
+    let mut pairs: SmallVec<[(Cow<'_, str>, Cow<'_, str>); 8]> = SmallVec::new();
     let mut members = ObjectScanner::new(raw).map_err(|e| e.what)?;
     while let Some((key, range)) = members.next_member().map_err(|e| e.what)? {
         let value = json_str(&raw[range]).ok_or("a label value is not a string")?;
@@ -804,6 +879,9 @@ mod tests {
         assert_eq!(obj.uid(), Some("u1"));
         assert_eq!(obj.resource_version(), 215);
         assert_eq!(obj.resource_version_text(), "215");
+        let mut written = String::from("x1");
+        obj.write_resource_version(&mut written);
+        assert_eq!(written, "215");
         assert_eq!(obj.label("team"), Some("a"));
         assert_eq!(
             obj.labels().collect::<Vec<_>>(),
@@ -848,8 +926,12 @@ mod tests {
         let obj = pods().decode(item).unwrap();
         assert_eq!(obj.generation(), Some(3));
         assert_eq!(obj.deletion_timestamp(), Some("2026-01-01T00:00:00Z"));
-        assert_eq!(obj.owner_references()[0].uid.as_ref(), "r1");
-        assert!(obj.owner_references()[0].controller);
+        let owner = &obj.owner_references()[0];
+        assert_eq!(
+            (owner.api_version(), owner.kind(), owner.name(), owner.uid()),
+            ("apps/v1", "ReplicaSet", "rs", "r1")
+        );
+        assert!(owner.controller());
         assert_eq!(obj.json().matches("\"kind\"").count(), 2);
     }
 
@@ -942,12 +1024,28 @@ mod tests {
         assert_eq!(value["data"]["ké"], "☃");
     }
 
+    #[test]
+    fn keys_join_namespace_and_name_whatever_their_length() {
+        for (ns, name) in [
+            ("a", "b".to_owned()),
+            ("n".repeat(63).as_str(), "x".repeat(253)),
+            ("é", "y".repeat(400)),
+        ] {
+            let key = ObjectKey::new(Some(ns), &name);
+            assert_eq!(key.as_str(), format!("{ns}/{name}"));
+            assert_eq!((key.namespace(), key.name()), (Some(ns), name.as_str()));
+        }
+        assert_eq!(ObjectKey::new(Some(""), "c").as_str(), "c");
+        assert_eq!(ObjectKey::new(None, "c").namespace(), None);
+    }
+
     /// Issue 20: a resourceVersion is opaque (aggregated API servers write any text): such
     /// objects are cached with their exact text, never skipped. Regression: they were
     /// refused as `BadResourceVersion`.
     #[test]
     fn a_resource_version_that_is_not_a_number_is_kept_as_text() {
         let d = pods();
+        let mut written = String::from("a longer text the next version replaces");
         for text in [
             "x1",
             "007",
@@ -957,6 +1055,8 @@ mod tests {
             let json = format!(r#"{{"metadata":{{"name":"a","resourceVersion":"{text}"}}}}"#);
             let object = d.decode(json.as_bytes()).unwrap();
             assert_eq!(object.resource_version_text(), text);
+            object.write_resource_version(&mut written);
+            assert_eq!(written, text);
             assert_eq!(object.resource_version(), 0, "{text}");
         }
         let a = d

@@ -644,31 +644,31 @@ impl Reflector {
         match event {
             WatchEvent::Added(raw) | WatchEvent::Modified(raw) if initial.is_some() => {
                 if let Some(object) = self.decode(&raw) {
-                    resource_version = object.resource_version_text().into_owned();
+                    object.write_resource_version(&mut resource_version);
                     initial.as_mut().expect("streaming list").put(object);
                 }
             }
             WatchEvent::Deleted(raw) if initial.is_some() => {
                 if let Some(object) = self.decode(&raw) {
-                    resource_version = object.resource_version_text().into_owned();
+                    object.write_resource_version(&mut resource_version);
                     initial.as_mut().expect("streaming list").remove(&object);
                 }
             }
             WatchEvent::Added(raw) => {
                 if let Some(object) = self.decode(&raw) {
-                    resource_version = object.resource_version_text().into_owned();
+                    object.write_resource_version(&mut resource_version);
                     self.fifo.add(object);
                 }
             }
             WatchEvent::Modified(raw) => {
                 if let Some(object) = self.decode(&raw) {
-                    resource_version = object.resource_version_text().into_owned();
+                    object.write_resource_version(&mut resource_version);
                     self.fifo.update(object);
                 }
             }
             WatchEvent::Deleted(raw) => {
                 if let Some(object) = self.decode(&raw) {
-                    resource_version = object.resource_version_text().into_owned();
+                    object.write_resource_version(&mut resource_version);
                     self.fifo.delete(object);
                 }
             }

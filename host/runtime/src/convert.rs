@@ -32,11 +32,11 @@ pub(crate) fn meta(object: &Object, fields: MetaFields) -> wit::ObjectMeta {
                 .owner_references()
                 .iter()
                 .map(|o| wit::OwnerReference {
-                    api_version: o.api_version.to_string(),
-                    kind: o.kind.to_string(),
-                    name: o.name.to_string(),
-                    uid: o.uid.to_string(),
-                    controller: o.controller,
+                    api_version: o.api_version().to_owned(),
+                    kind: o.kind().to_owned(),
+                    name: o.name().to_owned(),
+                    uid: o.uid().to_owned(),
+                    controller: o.controller(),
                 })
                 .collect()
         } else {
@@ -56,7 +56,7 @@ pub(crate) fn meta_size(object: &Object) -> usize {
     let owners: usize = object
         .owner_references()
         .iter()
-        .map(|o| o.api_version.len() + o.kind.len() + o.name.len() + o.uid.len())
+        .map(|o| o.api_version().len() + o.kind().len() + o.name().len() + o.uid().len())
         .sum();
     object.namespace().map_or(0, str::len)
         + object.name().len()

@@ -113,14 +113,14 @@ pub fn drive_reconcile(
 fn owner_key(n: &Notification, owner: &Gvk, owner_namespaced: bool) -> Option<ObjectRef> {
     let object = n.object();
     object.owner_references().iter().find_map(|r| {
-        let group = r.api_version.rsplit_once('/').map_or("", |(g, _)| g);
-        (group == owner.group && *r.kind == *owner.kind).then(|| ObjectRef {
+        let group = r.api_version().rsplit_once('/').map_or("", |(g, _)| g);
+        (group == owner.group && r.kind() == owner.kind).then(|| ObjectRef {
             resource: owner.clone(),
             namespace: object
                 .namespace()
                 .filter(|_| owner_namespaced)
                 .map(str::to_owned),
-            name: r.name.to_string(),
+            name: r.name().to_owned(),
         })
     })
 }

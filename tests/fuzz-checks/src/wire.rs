@@ -367,7 +367,7 @@ fn agrees_with_reference(object: &Object, input: &Value) {
         .flatten()
         .map(|owner| owner["uid"].as_str().expect("a decoded owner has a uid"))
         .collect();
-    let decoded_owners: Vec<&str> = object.owner_references().iter().map(|o| &*o.uid).collect();
+    let decoded_owners: Vec<&str> = object.owner_references().iter().map(|o| o.uid()).collect();
     assert_eq!(decoded_owners, owners, "ownerReferences");
 
     let mut expected = input.clone();
