@@ -5,7 +5,7 @@
 //! a resync can never interleave with the processing of a key (client-go gets the same by
 //! holding the FIFO lock during `Pop`'s process function).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -13,6 +13,7 @@ use smallvec::{SmallVec, smallvec};
 use tokio::sync::Notify;
 
 use crate::indexer::Indexer;
+use crate::{KeyMap, KeySet};
 use crate::object::{Object, ObjectKey};
 
 /// What happened to an object.
@@ -68,7 +69,7 @@ pub type Deltas = SmallVec<[Delta; 1]>;
 struct State {
     /// Pending deltas per key. Invariant: a key is in `items` if and only if it is in `queue`,
     /// exactly once, and its deltas are never empty.
-    items: HashMap<ObjectKey, Deltas>,
+    items: KeyMap<ObjectKey, Deltas>,
     /// Keys in the order they first got a pending delta.
     queue: VecDeque<ObjectKey>,
     /// A first `replace` (or any add/update/delete) happened.
@@ -215,7 +216,7 @@ impl DeltaFifo {
     /// once every key queued now has been popped, [`relisted`](Self::relisted) says so.
     pub fn replace(&self, objects: Vec<Arc<Object>>, generation: u64) {
         let mut state = self.lock();
-        let listed: HashSet<ObjectKey> = objects.iter().map(|o| o.key().clone()).collect();
+        let listed: KeySet<ObjectKey> = objects.iter().map(|o| o.key().clone()).collect();
         let listed_count = listed.len();
         for object in objects {
             state.queue_action(Delta::new(DeltaType::Replaced, object));

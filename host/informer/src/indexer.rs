@@ -6,7 +6,7 @@
 //! index is shared, reference-counted by its name, between everyone who asked for it.
 
 use std::borrow::Borrow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
@@ -15,6 +15,7 @@ use kubeplug_json::path::FieldPath;
 
 use crate::object::{Object, ObjectKey};
 use crate::selected::SelectedPaths;
+use crate::{KeyMap, KeySet};
 
 mod path;
 
@@ -143,7 +144,7 @@ struct Index {
     /// Index value → keys of the objects filed under it. Invariant: unless `failed`, a key
     /// is under value `v` if and only if the stored object for that key yields `v`; no set
     /// is empty. A failed index is empty.
-    values: HashMap<String, HashSet<ObjectKey>>,
+    values: KeyMap<String, KeySet<ObjectKey>>,
     /// Set when the index function panicked: what every read of the index answers.
     failed: Option<IndexerError>,
 }
@@ -153,7 +154,7 @@ impl Index {
         Self {
             spec,
             refs,
-            values: HashMap::new(),
+            values: KeyMap::default(),
             failed: None,
         }
     }
@@ -213,7 +214,7 @@ impl Index {
 }
 
 struct State {
-    items: HashMap<ObjectKey, Arc<Object>>,
+    items: KeyMap<ObjectKey, Arc<Object>>,
     indexes: HashMap<String, Index>,
     /// Registered projection paths by their text, with how many handles keep each.
     projections: HashMap<String, (FieldPath, usize)>,
@@ -413,7 +414,7 @@ fn write(state: &RwLock<State>) -> RwLockWriteGuard<'_, State> {
 /// Creates an empty cache with the namespace index: the writer and a first read handle.
 pub fn new_indexer() -> (IndexerWriter, Indexer) {
     let mut state = State {
-        items: HashMap::new(),
+        items: KeyMap::default(),
         indexes: HashMap::new(),
         projections: HashMap::new(),
         paths: Arc::default(),
@@ -538,7 +539,7 @@ impl Indexer {
         state: &'s State,
         index: &str,
         value: &str,
-    ) -> Result<impl Iterator<Item = &'s HashSet<ObjectKey>>, IndexerError> {
+    ) -> Result<impl Iterator<Item = &'s KeySet<ObjectKey>>, IndexerError> {
         let index = Self::index(state, index)?;
         Ok(index.values.get(value).into_iter())
     }

@@ -1,9 +1,10 @@
 //! A listener's buffer: the notifications pushed and not yet taken, under its
 //! [`BufferPolicy`] and its optional budget.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::{BufferPolicy, Notification};
+use crate::KeyMap;
 use crate::object::ObjectKey;
 
 /// What a push did, for the listener's counters.
@@ -33,7 +34,7 @@ pub(super) struct Buffer {
     /// While coalescing or merging: the index in `order` (plus `popped`) of each key's last
     /// notification. Invariant then: a key is here if and only if an entry of `order` has
     /// it, and it points at the last such entry.
-    positions: HashMap<ObjectKey, usize>,
+    positions: KeyMap<ObjectKey, usize>,
     /// Entries removed from the front of `order` since the buffer was last rebuilt.
     popped: usize,
     /// Over budget since the buffer was last empty: `positions` is kept.
