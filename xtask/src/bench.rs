@@ -92,6 +92,15 @@ pub const SCENARIOS: &[Scenario] = &[
         features: &[],
     },
     Scenario {
+        name: "wire",
+        package: "kubeplug-kube",
+        bench: "wire",
+        kind: Kind::Bench,
+        one_core: true,
+        quick: &[("KUBEPLUG_BENCH_OBJECTS", "20000")],
+        features: &[],
+    },
+    Scenario {
         name: "cache-memory",
         package: "kubeplug-kube",
         bench: "cache_memory",

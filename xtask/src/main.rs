@@ -18,7 +18,7 @@ tasks:
                            handler.c, handler.js or handler.py
   bench [SCENARIO...] [--quick]
                            run the benchmarks in release (all scenarios when none is given:
-                           pipeline, decode, cache-memory, crossing, pipeline-wasm, fan-out,
+                           pipeline, decode, wire, cache-memory, crossing, pipeline-wasm, fan-out,
                            languages, kube-sync, workqueue, hot-swap; one-core ones under
                            taskset -c 0), print a table of their figures against the
                            targets, and write it with the machine's description to

@@ -13,8 +13,8 @@ use smallvec::{SmallVec, smallvec};
 use tokio::sync::Notify;
 
 use crate::indexer::Indexer;
-use crate::{KeyMap, KeySet};
 use crate::object::{Object, ObjectKey};
+use crate::{KeyMap, KeySet};
 
 /// What happened to an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
