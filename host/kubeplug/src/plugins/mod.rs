@@ -975,7 +975,7 @@ impl PluginHost {
 
 /// What a subscription needs of its informer's objects: bodies unless its events carry
 /// metadata alone.
-fn needs(subscription: &SubscriptionSpec) -> Needs {
+pub(crate) fn needs(subscription: &SubscriptionSpec) -> Needs {
     match subscription.reads_metadata_only() {
         true => Needs::Metadata,
         false => Needs::Bodies,
