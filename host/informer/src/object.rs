@@ -11,7 +11,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use kubeplug_json::path::FieldPath;
-use kubeplug_json::{ArrayScanner, ObjectScanner, ScanError, needs_no_escapes, push_json_string};
+use kubeplug_json::{ArrayScanner, ObjectScanner, ScanError, push_json_string, string_value, utf8};
 use smallvec::SmallVec;
 
 use crate::resource::Resource;
@@ -450,7 +450,7 @@ impl ObjectDecoder {
 
     /// Decodes one object.
     pub fn decode(&self, json: &[u8]) -> Result<Object, DecodeError> {
-        self.decode_str(utf8(json)?)
+        self.decode_str(utf8(json).map_err(DecodeError::NotJson)?)
     }
 
     fn decode_str(&self, text: &str) -> Result<Object, DecodeError> {
@@ -477,10 +477,12 @@ impl ObjectDecoder {
             }
             let raw = &text[members.skip_value().map_err(not_json)?];
             match &*field {
-                "kind" => kind = Some(json_str(raw).ok_or_else(|| bad_type_field("kind", raw))?),
+                "kind" => {
+                    kind = Some(string_value(raw).ok_or_else(|| bad_type_field("kind", raw))?)
+                }
                 "apiVersion" => {
                     api_version =
-                        Some(json_str(raw).ok_or_else(|| bad_type_field("apiVersion", raw))?)
+                        Some(string_value(raw).ok_or_else(|| bad_type_field("apiVersion", raw))?)
                 }
                 _ => {}
             }
@@ -594,7 +596,7 @@ struct MetaFields<'a> {
 impl MetaFields<'_> {
     fn decode(self) -> Result<Object, DecodeError> {
         let name = match self.name {
-            Some(raw) => json_str(raw).ok_or_else(|| not_a_string("name"))?,
+            Some(raw) => string_value(raw).ok_or_else(|| not_a_string("name"))?,
             None => return Err(DecodeError::MissingName),
         };
         if name.is_empty() {
@@ -602,7 +604,7 @@ impl MetaFields<'_> {
         }
         let namespace = self
             .namespace
-            .map(|raw| json_str(raw).ok_or_else(|| not_a_string("namespace")))
+            .map(|raw| string_value(raw).ok_or_else(|| not_a_string("namespace")))
             .transpose()?;
         // The key joins namespace and name with '/', so a '/' in either would make two objects
         // share a key (and one of them vanish from the cache). The API server allows neither.
@@ -623,7 +625,7 @@ impl MetaFields<'_> {
         };
         let string = |raw: Option<&str>, field| {
             raw.map(|raw| {
-                json_str(raw)
+                string_value(raw)
                     .map(Box::<str>::from)
                     .ok_or_else(|| bad_field(field, "not a string"))
             })
@@ -672,19 +674,6 @@ impl MetaFields<'_> {
     }
 }
 
-/// `json` as text. Validation is a fifth of decoding a Pod with the standard library's
-/// byte loop, hence the SIMD validator; only a failure pays for the standard library's
-/// error, which says where the bad byte is.
-fn utf8(json: &[u8]) -> Result<&str, DecodeError> {
-    match simdutf8::basic::from_utf8(json) {
-        Ok(text) => Ok(text),
-        Err(_) => Err(DecodeError::NotJson(match std::str::from_utf8(json) {
-            Err(e) => e.to_string(),
-            Ok(_) => "invalid UTF-8".to_owned(),
-        })),
-    }
-}
-
 fn not_json(e: ScanError) -> DecodeError {
     DecodeError::NotJson(e.to_string())
 }
@@ -706,16 +695,6 @@ fn not_a_string(field: &'static str) -> DecodeError {
         key: "?".into(),
         field,
         reason: "not a string".into(),
-    }
-}
-
-/// The value of a raw JSON string literal; `None` if `raw` is not one.
-fn json_str(raw: &str) -> Option<Cow<'_, str>> {
-    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
-    if needs_no_escapes(inner) {
-        Some(Cow::Borrowed(inner))
-    } else {
-        serde_json::from_str::<String>(raw).ok().map(Cow::Owned)
     }
 }
 
@@ -748,8 +727,9 @@ fn decode_owner_references<'a>(raw: &'a str) -> Result<Box<[OwnerReference]>, St
                 }
                 _ => continue,
             };
-            fields[slot] =
-                Some(json_str(value).ok_or_else(|| format!("[{index}].{field} is not a string"))?);
+            fields[slot] = Some(
+                string_value(value).ok_or_else(|| format!("[{index}].{field} is not a string"))?,
+            );
         }
         let [api_version, kind, name, uid] = fields;
         let required = |value: Option<Cow<'a, str>>, field: &str| {
@@ -771,7 +751,7 @@ fn decode_labels(raw: &str) -> Result<Labels, &'static str> {
     let mut pairs: SmallVec<[(Cow<'_, str>, Cow<'_, str>); 8]> = SmallVec::new();
     let mut members = ObjectScanner::new(raw).map_err(|e| e.what)?;
     while let Some((key, range)) = members.next_member().map_err(|e| e.what)? {
-        let value = json_str(&raw[range]).ok_or("a label value is not a string")?;
+        let value = string_value(&raw[range]).ok_or("a label value is not a string")?;
         pairs.push((key, value));
     }
     pairs.sort_by(|a, b| a.0.cmp(&b.0));

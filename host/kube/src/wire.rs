@@ -23,7 +23,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::{ListPage, Status, WatchEvent};
-use kubeplug_json::{ArrayScanner, ObjectScanner, needs_no_escapes};
+use kubeplug_json::{ArrayScanner, ObjectScanner, string_value, utf8};
 use serde::Deserialize;
 
 /// The longest watch line accepted: 16 MiB. etcd refuses values over 1.5 MiB by default and
@@ -173,24 +173,9 @@ struct StatusBody {
     message: Option<String>,
 }
 
-/// `line` as text: UTF-8 is checked once here, at SIMD speed, and the scanner needs `str`.
-fn text(line: &[u8]) -> Result<&str, String> {
-    simdutf8::basic::from_utf8(line).map_err(|_| match std::str::from_utf8(line) {
-        Err(e) => e.to_string(),
-        Ok(_) => "invalid UTF-8".to_owned(),
-    })
-}
-
-/// The value of the JSON string `raw`, or why it is not one; borrowed unless escaped.
+/// The value of the JSON string `raw`, or why it is not one.
 fn json_string<'a>(raw: &'a str, field: &str) -> Result<Cow<'a, str>, String> {
-    if let Some(inner) = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"'))
-        && needs_no_escapes(inner)
-    {
-        return Ok(Cow::Borrowed(inner));
-    }
-    serde_json::from_str::<String>(raw)
-        .map(Cow::Owned)
-        .map_err(|_| format!("{field} is not a string"))
+    string_value(raw).ok_or_else(|| format!("{field} is not a string"))
 }
 
 /// The members of the object `text` that `wanted` names, as byte ranges of their values;
@@ -221,7 +206,7 @@ pub fn decode_watch_line(line: &Bytes) -> Result<WatchEvent, WireError> {
         reason,
         snippet: snippet(line),
     };
-    let text = text(line).map_err(bad)?;
+    let text = utf8(line).map_err(bad)?;
     let [kind, object] = members(text, ["type", "object"]).map_err(bad)?;
     let kind = json_string(
         &text[kind.ok_or_else(|| bad("missing field `type`".into()))?],
@@ -301,7 +286,7 @@ pub fn decode_list(
         reason,
         snippet: snippet(body),
     };
-    let text = text(body).map_err(bad)?;
+    let text = utf8(body).map_err(bad)?;
     let [kind, metadata, items] = members(text, ["kind", "metadata", "items"]).map_err(bad)?;
     let kind = kind
         .map(|range| json_string(&text[range], "kind"))
