@@ -10,7 +10,9 @@
 //! Envelopes and list bodies are walked with the informer's structural scanner
 //! ([`kubeplug_json`]), not parsed by serde_json: its strict check of every byte of each
 //! object, before the decoder scanned them again, cost more than decoding (the `wire` bench);
-//! finding the object's end is now a structural skip. So the objects are checked as the
+//! finding the object's end is a structural skip, and a watch event's object, the envelope's
+//! last member as every API server writes it, is not scanned here at all (see
+//! [`decode_watch_line`]): the decoder's one scan checks it. So the objects are checked as the
 //! decoder checks them: their members strictly, their metadata strictly, and the insides of
 //! `spec`, `status` and the like only for structure (strings end, brackets balance). Those
 //! are the API server's to validate and reach plugins as it sent them; a plugin that parses
@@ -201,12 +203,66 @@ fn members<const N: usize>(
 
 /// Decodes one watch line. The object of ADDED, MODIFIED and DELETED events is a slice of
 /// `line` (no copy, no tree).
+///
+/// When the line reads `{"type":…,"object":{…}}`, as every API server writes it, the object
+/// is taken to run from `"object":` to the envelope's closing brace without being scanned:
+/// scanning it here and again in the decoder made each byte of a watched object cost twice
+/// (the `wire` bench). The decoder then checks it whole, its end included, and an object
+/// broken past its metadata is one [`ObjectDecoder`] refuses (the Reflector skips and counts
+/// it) rather than an envelope this refuses. The one envelope this misreads is not watch
+/// output: a member after `object` whose value is an object or array makes the object run
+/// on into it, and the decoder refuses the event's object for its trailing bytes. Any other
+/// envelope is walked member by member.
+///
+/// [`ObjectDecoder`]: kubeplug_informer::object::ObjectDecoder
 pub fn decode_watch_line(line: &Bytes) -> Result<WatchEvent, WireError> {
     let bad = |reason: String| WireError::BadEnvelope {
         reason,
         snippet: snippet(line),
     };
     let text = utf8(line).map_err(bad)?;
+    if let Some((kind, object)) = object_last(text) {
+        let event = match &*json_string(&text[kind], "type").map_err(bad)? {
+            "ADDED" => WatchEvent::Added,
+            "MODIFIED" => WatchEvent::Modified,
+            "DELETED" => WatchEvent::Deleted,
+            _ => return decode_envelope(line, text),
+        };
+        return Ok(event(line.slice_ref(text[object].as_bytes())));
+    }
+    decode_envelope(line, text)
+}
+
+/// The ranges of the `type` value and of the object of an envelope that starts with `type`
+/// and then `object`, the object running to the envelope's closing brace; `None` for any
+/// other shape, left to [`decode_envelope`].
+fn object_last(text: &str) -> Option<(Range<usize>, Range<usize>)> {
+    const JSON_WHITE_SPACE: [char; 4] = [' ', '\t', '\n', '\r'];
+    let mut scanner = ObjectScanner::new(text).ok()?;
+    if scanner.next_key().ok()?? != "type" {
+        return None;
+    }
+    let kind = scanner.skip_value().ok()?;
+    if scanner.next_key().ok()?? != "object" {
+        return None;
+    }
+    let start = scanner.position();
+    let object = text[start..]
+        .trim_end_matches(JSON_WHITE_SPACE)
+        .strip_suffix('}')?
+        .trim_end_matches(JSON_WHITE_SPACE);
+    object
+        .ends_with('}')
+        .then(|| (kind, start..start + object.len()))
+}
+
+/// [`decode_watch_line`] for any envelope: every member walked, the object's end found by a
+/// structural skip.
+fn decode_envelope(line: &Bytes, text: &str) -> Result<WatchEvent, WireError> {
+    let bad = |reason: String| WireError::BadEnvelope {
+        reason,
+        snippet: snippet(line),
+    };
     let [kind, object] = members(text, ["type", "object"]).map_err(bad)?;
     let kind = json_string(
         &text[kind.ok_or_else(|| bad("missing field `type`".into()))?],
@@ -354,6 +410,8 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
 
 #[cfg(test)]
 mod tests {
+    use kubeplug_informer::object::ObjectDecoder;
+
     use super::*;
 
     /// A captured response: (status code, headers, body).
@@ -605,6 +663,45 @@ mod tests {
                 matches!(&error, WireError::BadList { reason: r, .. } if r.contains(reason)),
                 "{error}"
             );
+        }
+    }
+
+    /// An object last in its envelope is the decoder's alone to scan: one broken past its
+    /// metadata passes the envelope and is refused by the decoder; any other shape of
+    /// envelope is walked member by member and yields the object exactly.
+    #[test]
+    fn an_object_last_in_its_envelope_is_checked_by_the_decoder_alone() {
+        let decoder = ObjectDecoder::new(configmaps());
+        let object_of = |line: &'static [u8]| match decode_watch_line(&Bytes::from_static(line)) {
+            Ok(WatchEvent::Added(object) | WatchEvent::Modified(object)) => object,
+            other => panic!("{other:?}"),
+        };
+        for (line, problem) in [
+            (
+                &br#"{"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"1"},"spec":{"n":1}}}}"#[..],
+                "trailing bytes after the object",
+            ),
+            (
+                br#"{"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"1"},"data":{"n":"x}}} "#,
+                "unterminated string",
+            ),
+            // Not watch output: the object runs on into the member after it.
+            (
+                br#"{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"1"}},"extra":{}}"#,
+                "trailing bytes after the object",
+            ),
+        ] {
+            let error = decoder.decode(&object_of(line)).unwrap_err();
+            assert!(error.to_string().contains(problem), "{error}");
+        }
+        for line in [
+            &b"{ \"type\" : \"ADDED\" , \"object\" : {\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"1\"}} }\r"[..],
+            br#"{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"1"}},"extra":1}"#,
+            br#"{"object":{"metadata":{"name":"a","resourceVersion":"1"}},"type":"ADDED"}"#,
+        ] {
+            let object = object_of(line);
+            assert_eq!(&object[..], br#"{"metadata":{"name":"a","resourceVersion":"1"}}"#);
+            assert_eq!(decoder.decode(&object).unwrap().name(), "a");
         }
     }
 
