@@ -716,7 +716,14 @@ async fn configmap_reload_rolls_a_deployment_when_its_config_map_changes(server:
         hash().await.filter(|now| *now != first)
     })
     .await;
-    let (_, body) = host.get("/plugins");
+    // configmap-reload can roll the Deployment before label-audit has finished loading.
+    let body = host.wait_for("/plugins", |_, body| {
+        serde_json::from_str::<serde_json::Value>(body).is_ok_and(|report| {
+            report.as_array().is_some_and(|plugins| {
+                plugins.len() == 2 && plugins.iter().all(|p| p["state"] == "running")
+            })
+        })
+    });
     let report: serde_json::Value = serde_json::from_str(&body).unwrap();
     let plugin = |name: &str| {
         let plugins = report.as_array().unwrap().iter();
