@@ -1,7 +1,8 @@
 //! What the wire costs on top of decoding: ~6 KB Pods as MODIFIED watch lines, through
 //! `decode_watch_line` (the envelope) alone, `ObjectDecoder` alone (the baseline), and both,
-//! as a watch does. The ratio of both against the decoder alone is the share of a watched
-//! object's decoding time left to the object: 1.0 would be a free envelope.
+//! as a watch does; and as the items of list pages of [`PAGE`] Pods, through `decode_list`
+//! and the decoder, as a paginated list does. The ratio of each against the decoder alone is
+//! the share of an object's decoding time left to the object: 1.0 would be a free wire.
 //!
 //! `cargo xtask bench wire` (under `taskset -c 0`); for instruction counts, run the built
 //! binary under `valgrind --tool=callgrind` with `KUBEPLUG_BENCH_OBJECTS=2000`.
@@ -18,7 +19,10 @@ use kubeplug_bench_support::{Figure, Run, median, pod_json};
 use kubeplug_informer::object::ObjectDecoder;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::WatchEvent;
-use kubeplug_kube::wire::decode_watch_line;
+use kubeplug_kube::wire::{decode_list, decode_watch_line};
+
+/// Items per list page: client-go's and kubeplug's page size.
+const PAGE: usize = 500;
 
 /// The object of a MODIFIED line.
 fn modified(line: &Bytes) -> Bytes {
@@ -47,7 +51,13 @@ fn main() {
         .map(|i| Bytes::from(format!(r#"{{"type":"MODIFIED","object":{}}}"#, pod_json(i))))
         .collect();
     let objects: Vec<Bytes> = lines.iter().map(modified).collect();
-    let decoder = ObjectDecoder::new(Resource::new("", "v1", "Pod", "pods", true));
+    let pods = Resource::new("", "v1", "Pod", "pods", true);
+    let decoder = ObjectDecoder::new(pods.clone());
+    let items: Vec<String> = (0..PAGE).map(pod_json).collect();
+    let page = Bytes::from(format!(
+        r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"7","continue":"next"}},"items":[{}]}}"#,
+        items.join(",")
+    ));
 
     let envelope = rate(&run, count, |i| {
         std::hint::black_box(modified(&lines[i % lines.len()]));
@@ -60,6 +70,12 @@ fn main() {
         let object = decoder.decode(&modified(&lines[i % lines.len()]));
         std::hint::black_box(object.expect("a valid Pod"));
     });
+    let listed = rate(&run, count.div_ceil(PAGE), |_| {
+        let (page, _) = decode_list(&pods, &page, false).expect("a valid PodList");
+        for item in &page.items {
+            std::hint::black_box(decoder.decode(item).expect("a valid Pod"));
+        }
+    }) * PAGE as f64;
 
     let average = lines.iter().map(Bytes::len).sum::<usize>() / lines.len();
     println!("# {count} watch lines of {average} bytes per run");
@@ -67,5 +83,8 @@ fn main() {
     Figure::new("wire.decode_objects_per_second", decoded, "objects/s").print();
     Figure::new("wire.watched_objects_per_second", watched, "objects/s")
         .against("wire.decode_objects_per_second", watched / decoded)
+        .print();
+    Figure::new("wire.listed_objects_per_second", listed, "objects/s")
+        .against("wire.decode_objects_per_second", listed / decoded)
         .print();
 }

@@ -25,7 +25,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::{ListPage, Status, WatchEvent};
-use kubeplug_json::{ArrayScanner, ObjectScanner, string_value, utf8};
+use kubeplug_json::{ObjectScanner, string_value, utf8};
 use serde::Deserialize;
 
 /// The longest watch line accepted: 16 MiB. etcd refuses values over 1.5 MiB by default and
@@ -188,17 +188,64 @@ fn members<const N: usize>(
     wanted: [&str; N],
 ) -> Result<[Option<Range<usize>>; N], String> {
     let mut found = [const { None }; N];
+    walk_members(text, wanted, |slot, scanner| {
+        found[slot] = Some(scanner.skip_value().map_err(|e| e.to_string())?);
+        Ok(())
+    })?;
+    Ok(found)
+}
+
+/// Walks the members of the object `text`, handing each one `wanted` names to `visit`, by
+/// its index in `wanted`, with the scanner on its value; `visit` moves past the value, so
+/// that it can enter one rather than skip it and scan it again. Every other member is
+/// skipped; a wanted member that appears twice is refused, as readers disagree on which one
+/// counts.
+fn walk_members<const N: usize>(
+    text: &str,
+    wanted: [&str; N],
+    mut visit: impl FnMut(usize, &mut ObjectScanner<'_>) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut seen = [false; N];
     let mut scanner = ObjectScanner::new(text).map_err(|e| e.to_string())?;
     while let Some(key) = scanner.next_key().map_err(|e| e.to_string())? {
-        let value = scanner.skip_value().map_err(|e| e.to_string())?;
-        if let Some(slot) = wanted.iter().position(|name| *name == key) {
-            if found[slot].is_some() {
+        match wanted.iter().position(|name| *name == key) {
+            Some(slot) if seen[slot] => {
                 return Err(format!("duplicate field `{}`", wanted[slot]));
             }
-            found[slot] = Some(value);
+            Some(slot) => {
+                seen[slot] = true;
+                visit(slot, &mut scanner)?;
+            }
+            None => {
+                scanner.skip_value().map_err(|e| e.to_string())?;
+            }
         }
     }
-    Ok(found)
+    Ok(())
+}
+
+/// The elements of the `items` array under `scanner`'s cursor, as slices of `body` (whose
+/// text `text` is), each found by one structural skip; `null` is no items.
+fn list_items(
+    scanner: &mut ObjectScanner<'_>,
+    body: &Bytes,
+    text: &str,
+) -> Result<Vec<Bytes>, String> {
+    let items_error = |e: kubeplug_json::ScanError| format!("items: {e}");
+    if !text[scanner.position()..].starts_with('[') {
+        let value = scanner.skip_value().map_err(items_error)?;
+        return match &text[value] {
+            "null" => Ok(Vec::new()),
+            _ => Err("items: expected '[' or null".to_owned()),
+        };
+    }
+    let mut elements = scanner.enter_array().map_err(items_error)?;
+    let mut items = Vec::new();
+    while let Some(item) = elements.next_element().map_err(items_error)? {
+        items.push(body.slice_ref(text[item].as_bytes()));
+    }
+    scanner.leave_array(elements);
+    Ok(items)
 }
 
 /// Decodes one watch line. The object of ADDED, MODIFIED and DELETED events is a slice of
@@ -207,7 +254,8 @@ fn members<const N: usize>(
 /// When the line reads `{"type":…,"object":{…}}`, as every API server writes it, the object
 /// is taken to run from `"object":` to the envelope's closing brace without being scanned:
 /// scanning it here and again in the decoder made each byte of a watched object cost twice
-/// (the `wire` bench). The decoder then checks it whole, its end included, and an object
+/// (the `wire` bench). Only the envelope's head is read here, its UTF-8 included; the
+/// decoder then checks the object whole, its UTF-8 and its end included, and an object
 /// broken past its metadata is one [`ObjectDecoder`] refuses (the Reflector skips and counts
 /// it) rather than an envelope this refuses. The one envelope this misreads is not watch
 /// output: a member after `object` whose value is an object or array makes the object run
@@ -216,53 +264,69 @@ fn members<const N: usize>(
 ///
 /// [`ObjectDecoder`]: kubeplug_informer::object::ObjectDecoder
 pub fn decode_watch_line(line: &Bytes) -> Result<WatchEvent, WireError> {
-    let bad = |reason: String| WireError::BadEnvelope {
-        reason,
-        snippet: snippet(line),
-    };
-    let text = utf8(line).map_err(bad)?;
-    if let Some((kind, object)) = object_last(text) {
-        let event = match &*json_string(&text[kind], "type").map_err(bad)? {
-            "ADDED" => WatchEvent::Added,
-            "MODIFIED" => WatchEvent::Modified,
-            "DELETED" => WatchEvent::Deleted,
-            _ => return decode_envelope(line, text),
-        };
-        return Ok(event(line.slice_ref(text[object].as_bytes())));
+    if let Some(event) = object_last(line) {
+        return Ok(event);
     }
+    let text = utf8(line).map_err(bad_envelope(line))?;
     decode_envelope(line, text)
 }
 
-/// The ranges of the `type` value and of the object of an envelope that starts with `type`
-/// and then `object`, the object running to the envelope's closing brace; `None` for any
-/// other shape, left to [`decode_envelope`].
-fn object_last(text: &str) -> Option<(Range<usize>, Range<usize>)> {
-    const JSON_WHITE_SPACE: [char; 4] = [' ', '\t', '\n', '\r'];
-    let mut scanner = ObjectScanner::new(text).ok()?;
+/// How long an envelope's head (`{"type":"MODIFIED","object":`) may be for [`object_last`]
+/// to read it; a longer one is walked member by member.
+const ENVELOPE_HEAD_BYTES: usize = 128;
+
+/// The ADDED, MODIFIED or DELETED event of an envelope that starts with `type` and then
+/// `object`, the object running to the envelope's closing brace; `None` for any other shape
+/// or type, left to [`decode_envelope`]. Only the head is checked for UTF-8: the object is
+/// the decoder's to check, and what follows it is JSON white space and a brace.
+fn object_last(line: &Bytes) -> Option<WatchEvent> {
+    let head = &line[..line.len().min(ENVELOPE_HEAD_BYTES)];
+    let head = match std::str::from_utf8(head) {
+        Ok(head) => head,
+        Err(error) => std::str::from_utf8(&head[..error.valid_up_to()]).ok()?,
+    };
+    let mut scanner = ObjectScanner::new(head).ok()?;
     if scanner.next_key().ok()?? != "type" {
         return None;
     }
     let kind = scanner.skip_value().ok()?;
+    let event = match &*string_value(&head[kind])? {
+        "ADDED" => WatchEvent::Added,
+        "MODIFIED" => WatchEvent::Modified,
+        "DELETED" => WatchEvent::Deleted,
+        _ => return None,
+    };
     if scanner.next_key().ok()?? != "object" {
         return None;
     }
     let start = scanner.position();
-    let object = text[start..]
-        .trim_end_matches(JSON_WHITE_SPACE)
-        .strip_suffix('}')?
-        .trim_end_matches(JSON_WHITE_SPACE);
+    let object = trim_json_white_space(trim_json_white_space(&line[start..]).strip_suffix(b"}")?);
     object
-        .ends_with('}')
-        .then(|| (kind, start..start + object.len()))
+        .ends_with(b"}")
+        .then(|| event(line.slice(start..start + object.len())))
+}
+
+/// `bytes` without the JSON white space at its end.
+fn trim_json_white_space(bytes: &[u8]) -> &[u8] {
+    let end = bytes
+        .iter()
+        .rposition(|byte| !matches!(byte, b' ' | b'\t' | b'\n' | b'\r'))
+        .map_or(0, |last| last + 1);
+    &bytes[..end]
+}
+
+/// The error for a watch line that is not an envelope, for `reason`.
+fn bad_envelope(line: &[u8]) -> impl Fn(String) -> WireError + Copy + '_ {
+    |reason| WireError::BadEnvelope {
+        reason,
+        snippet: snippet(line),
+    }
 }
 
 /// [`decode_watch_line`] for any envelope: every member walked, the object's end found by a
 /// structural skip.
 fn decode_envelope(line: &Bytes, text: &str) -> Result<WatchEvent, WireError> {
-    let bad = |reason: String| WireError::BadEnvelope {
-        reason,
-        snippet: snippet(line),
-    };
+    let bad = bad_envelope(line);
     let [kind, object] = members(text, ["type", "object"]).map_err(bad)?;
     let kind = json_string(
         &text[kind.ok_or_else(|| bad("missing field `type`".into()))?],
@@ -343,7 +407,18 @@ pub fn decode_list(
         snippet: snippet(body),
     };
     let text = utf8(body).map_err(bad)?;
-    let [kind, metadata, items] = members(text, ["kind", "metadata", "items"]).map_err(bad)?;
+    // `items` is entered in place: skipping it to find its range and then walking its
+    // elements would scan every item once more before the decoder's own scan.
+    let (mut kind, mut metadata, mut items) = (None, None, Vec::new());
+    walk_members(text, ["kind", "metadata", "items"], |slot, scanner| {
+        match slot {
+            0 => kind = Some(scanner.skip_value().map_err(|e| e.to_string())?),
+            1 => metadata = Some(scanner.skip_value().map_err(|e| e.to_string())?),
+            _ => items = list_items(scanner, body, text)?,
+        }
+        Ok(())
+    })
+    .map_err(bad)?;
     let kind = kind
         .map(|range| json_string(&text[range], "kind"))
         .transpose()
@@ -361,20 +436,6 @@ pub fn decode_list(
         .resource_version
         .filter(|rv| !rv.is_empty())
         .ok_or_else(|| bad("it has no metadata.resourceVersion".to_owned()))?;
-    let items = match items.map(|range| &text[range]) {
-        None | Some("null") => Vec::new(),
-        Some(items) => {
-            let mut elements = ArrayScanner::new(items).map_err(|e| bad(format!("items: {e}")))?;
-            let mut slices = Vec::new();
-            while let Some(item) = elements
-                .next_element()
-                .map_err(|e| bad(format!("items: {e}")))?
-            {
-                slices.push(body.slice_ref(items[item].as_bytes()));
-            }
-            slices
-        }
-    };
     let page = ListPage {
         items,
         resource_version,
@@ -684,6 +745,11 @@ mod tests {
             (
                 br#"{"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"1"},"data":{"n":"x}}} "#,
                 "unterminated string",
+            ),
+            // The line's UTF-8 past the envelope's head is the decoder's to check.
+            (
+                b"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"1\"},\"data\":{\"k\":\"\xff\"}}}",
+                "invalid utf-8",
             ),
             // Not watch output: the object runs on into the member after it.
             (
