@@ -244,7 +244,13 @@ async fn load(
         bytes,
         settings: settings.into(),
         grants,
-        limits: PluginLimits::default(),
+        // These tests are about what the examples do, not about deadlines: on a loaded CI
+        // machine a call can pass the default second, and a `map-event` call that does
+        // loses its event (a deleted quota would never be restored).
+        limits: PluginLimits {
+            call_deadline: Duration::from_secs(10),
+            ..PluginLimits::default()
+        },
         cache: Arc::new(IndexerMap(informers.caches.clone())),
         writer,
     };
@@ -760,7 +766,8 @@ async fn namespace_defaults_label_and_quota_namespaces_and_restore_a_deleted_quo
             .get("team-a/namespace-defaults")
             .is_some_and(|q| q.resource_version() > gone)
     })
-    .await?;
+    .await
+    .with_context(|| format!("the plugin's status: {:?}", plugin.status()))?;
     server
         .create(&namespaces(), &namespace("team-c", json!({})))
         .unwrap();
