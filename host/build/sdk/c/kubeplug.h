@@ -63,11 +63,20 @@ const kubeplug_plugin_types_list_field_value_t *kp_values(
 const kubeplug_plugin_types_list_field_value_t *kp_field(
     const kubeplug_plugin_types_event_t *event, const char *name, bool old);
 
-// The first value of projection `name`, when it is a string (`*out` views the event's text),
-// an integer, or a number (an integer too): true when there is one of that type.
+// The first of `values` (what `kp_values` or `kp_field` returned; NULL reads as none), when it
+// is a string (`*out` views the object's text), an integer, a number (an integer too), or a
+// bool: true when there is one of that type. Reads a projected object's values in reconcile
+// mode: kp_value_str(kp_values(&object.projected, "node"), &node).
+bool kp_value_str(const kubeplug_plugin_types_list_field_value_t *values, plugin_string_t *out);
+bool kp_value_i64(const kubeplug_plugin_types_list_field_value_t *values, int64_t *out);
+bool kp_value_f64(const kubeplug_plugin_types_list_field_value_t *values, double *out);
+bool kp_value_bool(const kubeplug_plugin_types_list_field_value_t *values, bool *out);
+
+// The same for the first value of projection `name` in the event's object.
 bool kp_field_str(const kubeplug_plugin_types_event_t *event, const char *name, plugin_string_t *out);
 bool kp_field_i64(const kubeplug_plugin_types_event_t *event, const char *name, int64_t *out);
 bool kp_field_f64(const kubeplug_plugin_types_event_t *event, const char *name, double *out);
+bool kp_field_bool(const kubeplug_plugin_types_event_t *event, const char *name, bool *out);
 
 // ---- Logs and metrics ----
 // Fields and labels are given as key, value, key, value, ..., NULL (C strings).

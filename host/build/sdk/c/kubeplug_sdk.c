@@ -80,15 +80,14 @@ const kubeplug_plugin_types_list_field_value_t *kp_field(
   return kp_values(old ? &event->old_projected : &event->projected, name);
 }
 
-// The first value of projection `name`, or NULL.
+// The first of `values`, or NULL when there is none.
 static const kubeplug_plugin_types_field_value_t *first_value(
-    const kubeplug_plugin_types_event_t *event, const char *name) {
-  const kubeplug_plugin_types_list_field_value_t *values = kp_field(event, name, false);
+    const kubeplug_plugin_types_list_field_value_t *values) {
   return values == NULL || values->len == 0 ? NULL : &values->ptr[0];
 }
 
-bool kp_field_str(const kubeplug_plugin_types_event_t *event, const char *name, plugin_string_t *out) {
-  const kubeplug_plugin_types_field_value_t *v = first_value(event, name);
+bool kp_value_str(const kubeplug_plugin_types_list_field_value_t *values, plugin_string_t *out) {
+  const kubeplug_plugin_types_field_value_t *v = first_value(values);
   if (v == NULL || v->tag != KUBEPLUG_PLUGIN_TYPES_FIELD_VALUE_TEXT) {
     return false;
   }
@@ -96,8 +95,8 @@ bool kp_field_str(const kubeplug_plugin_types_event_t *event, const char *name, 
   return true;
 }
 
-bool kp_field_i64(const kubeplug_plugin_types_event_t *event, const char *name, int64_t *out) {
-  const kubeplug_plugin_types_field_value_t *v = first_value(event, name);
+bool kp_value_i64(const kubeplug_plugin_types_list_field_value_t *values, int64_t *out) {
+  const kubeplug_plugin_types_field_value_t *v = first_value(values);
   if (v == NULL || v->tag != KUBEPLUG_PLUGIN_TYPES_FIELD_VALUE_INTEGER) {
     return false;
   }
@@ -105,8 +104,8 @@ bool kp_field_i64(const kubeplug_plugin_types_event_t *event, const char *name, 
   return true;
 }
 
-bool kp_field_f64(const kubeplug_plugin_types_event_t *event, const char *name, double *out) {
-  const kubeplug_plugin_types_field_value_t *v = first_value(event, name);
+bool kp_value_f64(const kubeplug_plugin_types_list_field_value_t *values, double *out) {
+  const kubeplug_plugin_types_field_value_t *v = first_value(values);
   if (v == NULL) {
     return false;
   }
@@ -119,6 +118,31 @@ bool kp_field_f64(const kubeplug_plugin_types_event_t *event, const char *name, 
     return true;
   }
   return false;
+}
+
+bool kp_value_bool(const kubeplug_plugin_types_list_field_value_t *values, bool *out) {
+  const kubeplug_plugin_types_field_value_t *v = first_value(values);
+  if (v == NULL || v->tag != KUBEPLUG_PLUGIN_TYPES_FIELD_VALUE_BOOLEAN) {
+    return false;
+  }
+  *out = v->val.boolean;
+  return true;
+}
+
+bool kp_field_str(const kubeplug_plugin_types_event_t *event, const char *name, plugin_string_t *out) {
+  return kp_value_str(kp_field(event, name, false), out);
+}
+
+bool kp_field_i64(const kubeplug_plugin_types_event_t *event, const char *name, int64_t *out) {
+  return kp_value_i64(kp_field(event, name, false), out);
+}
+
+bool kp_field_f64(const kubeplug_plugin_types_event_t *event, const char *name, double *out) {
+  return kp_value_f64(kp_field(event, name, false), out);
+}
+
+bool kp_field_bool(const kubeplug_plugin_types_event_t *event, const char *name, bool *out) {
+  return kp_value_bool(kp_field(event, name, false), out);
 }
 
 // The key, value, ..., NULL pairs of `pairs` as labels (views of the arguments), malloc'd.

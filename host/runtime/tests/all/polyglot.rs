@@ -1,9 +1,10 @@
 //! Plugins in other languages, built by xtask's C, JavaScript and Python toolchains: the
 //! ports of label-audit make exactly the writes the Rust original makes, refuse the same
 //! settings and describe themselves the same way; crashloop-alert (JavaScript) keeps its
-//! per-namespace gauge through the `metrics` interface; the SDKs read projected fields alike.
+//! per-namespace gauge through the `metrics` interface; the SDKs read projected fields alike,
+//! from events and, in reconcile mode, from the cache.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -13,12 +14,14 @@ use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
 use kubeplug_memory::MemoryServer;
 use kubeplug_runtime::events::run_events;
+use kubeplug_runtime::reconcile::run_reconcile;
 use kubeplug_runtime::status::MetricValue;
 use kubeplug_runtime::view::EventSeverity;
 use kubeplug_runtime::{
     ClusterWriter, Grants, IndexerMap, LoadError, ObjectRef, Plugin, PluginLimits, PluginSpec,
     Runtime, RuntimeConfig, Write, WriteVerb,
 };
+use kubeplug_workqueue::Queue;
 use serde_json::{Value, json};
 
 use crate::fixtures::*;
@@ -471,8 +474,30 @@ fn counter(plugin: &Plugin, name: &str) -> Option<u64> {
     }
 }
 
-/// The SDKs' projection readers: the Rust, JavaScript and Python ports of fields-projected
-/// read the same three projected fields, typed, and count the same events complete.
+/// Loads test guest `name` reading Pods from `caches`, with no settings.
+async fn load_guest(runtime: &Runtime, name: &str, caches: &IndexerMap) -> Result<Arc<Plugin>> {
+    let path = guest(name)?;
+    let plugin = runtime
+        .load(PluginSpec {
+            bytes: std::fs::read(&path)?,
+            path,
+            settings: "{}".into(),
+            grants: Grants::default().allow_read(gvk(&pods())),
+            limits: PluginLimits {
+                call_deadline: Duration::from_secs(10),
+                ..PluginLimits::default()
+            },
+            cache: Arc::new(caches.clone()),
+            writer: Arc::new(Recorder::default()),
+        })
+        .await
+        .with_context(|| format!("loading {name}"))?;
+    Ok(Arc::new(plugin))
+}
+
+/// The SDKs' projection readers: the Rust, C, JavaScript and Python ports of
+/// fields-projected read the same three projected fields, typed, and count the same events
+/// complete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn projected_fields_read_the_same_in_every_language() -> Result<()> {
     let server = MemoryServer::new();
@@ -487,6 +512,7 @@ async fn projected_fields_read_the_same_in_every_language() -> Result<()> {
     }
     let names = [
         "fields-projected",
+        "fields-projected-c",
         "fields-projected-js",
         "fields-projected-py",
     ];
@@ -496,23 +522,7 @@ async fn projected_fields_read_the_same_in_every_language() -> Result<()> {
     let mut plugins = Vec::new();
     let mut drivers = Vec::new();
     for (name, rx) in names.into_iter().zip(receivers) {
-        let path = guest(name)?;
-        let plugin = runtime
-            .load(PluginSpec {
-                bytes: std::fs::read(&path)?,
-                path,
-                settings: "{}".into(),
-                grants: Grants::default().allow_read(gvk(&pods())),
-                limits: PluginLimits {
-                    call_deadline: Duration::from_secs(10),
-                    ..PluginLimits::default()
-                },
-                cache: Arc::new(caches.clone()),
-                writer: Arc::new(Recorder::default()),
-            })
-            .await
-            .with_context(|| format!("loading {name}"))?;
-        let plugin = Arc::new(plugin);
+        let plugin = load_guest(&runtime, name, &caches).await?;
         assert!(
             !plugin.description().subscriptions[0].wants_object_json,
             "{name} reads projections, not JSON"
@@ -546,6 +556,145 @@ async fn projected_fields_read_the_same_in_every_language() -> Result<()> {
     counted(2).await?;
     for driver in drivers {
         driver.abort();
+    }
+    informer.stop().await;
+    Ok(())
+}
+
+/// projected-reconciler in every language, the Rust original first.
+const PROJECTED_RECONCILERS: [&str; 4] = [
+    "projected-reconciler",
+    "projected-reconciler-c",
+    "projected-reconciler-js",
+    "projected-reconciler-py",
+];
+
+/// A Pod in namespace `ns` with this spec.
+fn pod_spec(ns: &str, name: &str, spec: Value) -> String {
+    json!({"metadata": {"name": name, "namespace": ns}, "spec": spec}).to_string()
+}
+
+/// What a projected-reconciler counted: the labels of each `reads_total` series.
+fn reads(plugin: &Plugin) -> BTreeSet<BTreeMap<String, String>> {
+    plugin
+        .metrics()
+        .snapshot()
+        .into_keys()
+        .filter(|(name, _)| name == "reads_total")
+        .map(|(_, labels)| labels.into_iter().collect())
+        .collect()
+}
+
+/// One reconcile's reading, as projected-reconciler renders it.
+fn read(key: &str, got: &str, listed: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("key".to_owned(), key.to_owned()),
+        ("got".to_owned(), got.to_owned()),
+        ("listed".to_owned(), listed.to_owned()),
+    ])
+}
+
+/// Reconcile mode, through the cache: the four ports of projected-reconciler read their
+/// key's Pod with get-projected and its namespace's Pods with list-projected, and every one
+/// reads the same typed values (string, integer, bool, null, absent, object), the same
+/// namespace's Pods in key order, and nothing for a deleted Pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciles_read_projections_the_same_in_every_language() -> Result<()> {
+    let server = MemoryServer::new();
+    for (ns, name, spec) in [
+        (
+            "ns",
+            "a",
+            json!({"nodeName": "node-1", "restartPolicy": "Always", "priority": 5,
+                   "enableServiceLinks": true, "overhead": null}),
+        ),
+        (
+            "ns",
+            "b",
+            json!({"nodeName": 7, "priority": -3, "enableServiceLinks": false}),
+        ),
+        (
+            "other",
+            "c",
+            json!({"nodeName": "node-2", "restartPolicy": "Never", "priority": 0,
+                   "enableServiceLinks": true}),
+        ),
+    ] {
+        server.create(&pods(), &pod_spec(ns, name, spec)).unwrap();
+    }
+    let (informer, receivers) = informer(&server, pods(), PROJECTED_RECONCILERS.len());
+    // The first reconciles start from a full cache, so that every port lists the same Pods.
+    informer.wait_for_sync().await;
+    let caches = IndexerMap(BTreeMap::from([(gvk(&pods()), informer.indexer().clone())]));
+    let runtime = cached_runtime()?;
+    let mut plugins = Vec::new();
+    let mut queues = Vec::new();
+    let mut reconcilers = Vec::new();
+    for (name, rx) in PROJECTED_RECONCILERS.into_iter().zip(receivers) {
+        let plugin = load_guest(&runtime, name, &caches).await?;
+        let queue = Queue::builder(name).build();
+        reconcilers.push(run_reconcile(plugin.clone(), vec![rx], queue.clone())?);
+        queues.push(queue);
+        plugins.push((name, plugin));
+    }
+    let read_everywhere = |n: usize, what: &'static str| {
+        let plugins = &plugins;
+        async move {
+            for (name, plugin) in plugins {
+                until(&format!("{name} to read {what}"), PATIENCE, || {
+                    reads(plugin).len() >= n
+                })
+                .await?;
+            }
+            anyhow::Ok(())
+        }
+    };
+    read_everywhere(3, "the initial Pods").await?;
+
+    // b gets a restart policy, another node and an object where null was; c goes.
+    server
+        .update(
+            &pods(),
+            &pod_spec(
+                "ns",
+                "b",
+                json!({"nodeName": "node-3", "restartPolicy": "OnFailure", "priority": 1,
+                       "enableServiceLinks": true, "overhead": {"cpu": "250m"}}),
+            ),
+        )
+        .unwrap();
+    server
+        .delete(&pods(), &ObjectKey::new(Some("other"), "c"))
+        .unwrap();
+    read_everywhere(5, "the live changes").await?;
+
+    let a = "node=text:node-1 policy=text:Always priority=integer:5 links=boolean:true \
+             overhead=null";
+    let b = "node=integer:7 policy=absent priority=integer:-3 links=boolean:false \
+             overhead=absent";
+    let b_now = "node=text:node-3 policy=text:OnFailure priority=integer:1 links=boolean:true \
+                 overhead=other";
+    let c = "node=text:node-2 policy=text:Never priority=integer:0 links=boolean:true \
+             overhead=absent";
+    let ns = format!("ns/a: {a}; ns/b: {b}");
+    let expected = BTreeSet::from([
+        read("ns/a", a, &ns),
+        read("ns/b", b, &ns),
+        read("other/c", c, &format!("other/c: {c}")),
+        read("ns/b", b_now, &format!("ns/a: {a}; ns/b: {b_now}")),
+        read("other/c", "none", ""),
+    ]);
+    for (name, plugin) in &plugins {
+        assert_eq!(reads(plugin), expected, "{name} read other values");
+        let status = plugin.status();
+        assert_eq!(status.calls_failed, 0, "{name}: {:?}", status.last_error);
+    }
+
+    for queue in queues {
+        queue.shut_down();
+    }
+    for reconciler in reconcilers {
+        reconciler.workers.abort();
     }
     informer.stop().await;
     Ok(())
