@@ -31,6 +31,10 @@
 // A benchmark reports on stdout by design.
 #![allow(clippy::print_stdout)]
 
+/// The binary's allocator (`host/kubeplug/src/main.rs`), so that these are the host's figures.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
