@@ -10,8 +10,6 @@
 // us and are freed here; what we return is malloc'd and freed by the bindings after the host
 // has copied it; arguments we pass to imports stay ours.
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,19 +23,6 @@ static kubeplug_plugin_types_gvk_t deployments(void) {
 }
 
 static kubeplug_plugin_types_gvk_t pods(void) { return kp_gvk("", "v1", "Pod"); }
-
-// A malloc'd, printf-formatted C string.
-static char *format(const char *fmt, ...) {
-  va_list args;
-  va_start(args, fmt);
-  int len = vsnprintf(NULL, 0, fmt, args);
-  va_end(args);
-  char *text = malloc(len + 1);
-  va_start(args, fmt);
-  vsnprintf(text, len + 1, fmt, args);
-  va_end(args);
-  return text;
-}
 
 bool exports_kubeplug_plugin_handler_init(plugin_string_t *settings, plugin_string_t *err) {
   kp_strings_free(&required);
@@ -101,7 +86,7 @@ static char *missing_labels(const kubeplug_plugin_types_object_meta_t *meta) {
   for (size_t i = 0; i < required.len; i++) {
     if (kp_label(meta, required.items[i]) == NULL) {
       char *more = missing == NULL ? strdup(required.items[i])
-                                   : format("%s, %s", missing, required.items[i]);
+                                   : kp_format("%s, %s", missing, required.items[i]);
       free(missing);
       missing = more;
     }
@@ -129,7 +114,7 @@ static bool on_event(const kubeplug_plugin_types_event_t *event, plugin_string_t
   kp_log(KP_WARN, "object lacks required labels", "kind", kind, "key", key, "missing", missing,
          NULL);
 
-  char *note = format("missing required labels: %s", missing);
+  char *note = kp_format("missing required labels: %s", missing);
   plugin_string_t reason = kp_str("MissingLabels"), message = kp_str(note);
   kubeplug_plugin_types_error_t error;
   bool ok = kubeplug_plugin_cluster_record_event(
@@ -141,7 +126,7 @@ static bool on_event(const kubeplug_plugin_types_event_t *event, plugin_string_t
       kp_log(KP_WARN, "cannot record an Event", "why", why, NULL);
       ok = true;
     } else {
-      char *text = format("recording an Event on %s: %s(\"%s\")", key, kp_error_name(&error), why);
+      char *text = kp_format("recording an Event on %s: %s(\"%s\")", key, kp_error_name(&error), why);
       plugin_string_set(err, text);
     }
     free(why);

@@ -11,8 +11,6 @@
 // to free.
 
 #include <inttypes.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,22 +28,9 @@ static const char *const FIELDS[][2] = {
 
 static kubeplug_plugin_types_projection_t projections[FIELD_COUNT];
 
-// A malloc'd, printf-formatted C string.
-static char *format(const char *fmt, ...) {
-  va_list args;
-  va_start(args, fmt);
-  int len = vsnprintf(NULL, 0, fmt, args);
-  va_end(args);
-  char *text = malloc(len + 1);
-  va_start(args, fmt);
-  vsnprintf(text, len + 1, fmt, args);
-  va_end(args);
-  return text;
-}
-
 // `text` + `separator` + `more`, malloc'd; frees `text` and `more`. `text` may be NULL.
 static char *append(char *text, const char *separator, char *more) {
-  char *joined = text == NULL ? strdup(more) : format("%s%s%s", text, separator, more);
+  char *joined = text == NULL ? strdup(more) : kp_format("%s%s%s", text, separator, more);
   free(text);
   free(more);
   return joined;
@@ -84,13 +69,13 @@ static char *value(const kubeplug_plugin_types_projected_object_t *object, const
   int64_t integer;
   bool boolean;
   if (kp_value_str(values, &text)) {
-    return format("text:%.*s", (int)text.len, (const char *)text.ptr);
+    return kp_format("text:%.*s", (int)text.len, (const char *)text.ptr);
   }
   if (kp_value_i64(values, &integer)) {
-    return format("integer:%" PRId64, integer);
+    return kp_format("integer:%" PRId64, integer);
   }
   if (kp_value_bool(values, &boolean)) {
-    return format("boolean:%s", boolean ? "true" : "false");
+    return kp_format("boolean:%s", boolean ? "true" : "false");
   }
   if (values == NULL || values->len == 0) {
     return strdup("absent");
@@ -103,7 +88,7 @@ static char *render(const kubeplug_plugin_types_projected_object_t *object) {
   char *fields = NULL;
   for (size_t i = 0; i < FIELD_COUNT; i++) {
     char *typed = value(object, FIELDS[i][0]);
-    fields = append(fields, " ", format("%s=%s", FIELDS[i][0], typed));
+    fields = append(fields, " ", kp_format("%s=%s", FIELDS[i][0], typed));
     free(typed);
   }
   return fields;
@@ -112,7 +97,7 @@ static char *render(const kubeplug_plugin_types_projected_object_t *object) {
 // An import's error as "<what> <key>: <Case>(<message>)", malloc'd; frees the error.
 static char *failure(const char *what, const char *key, kubeplug_plugin_types_error_t *error) {
   char *message = kp_text(kp_error_message(error));
-  char *text = format("%s %s: %s(%s)", what, key, kp_error_name(error), message);
+  char *text = kp_format("%s %s: %s(%s)", what, key, kp_error_name(error), message);
   free(message);
   kubeplug_plugin_types_error_free(error);
   return text;
@@ -139,7 +124,7 @@ static char *read_pods(kubeplug_plugin_cache_gvk_t *pods, plugin_string_t *maybe
   for (size_t i = 0; i < listed.len; i++) {
     char *object_key = kp_key(&listed.ptr[i].meta);
     char *fields = render(&listed.ptr[i]);
-    objects = append(objects, "; ", format("%s: %s", object_key, fields));
+    objects = append(objects, "; ", kp_format("%s: %s", object_key, fields));
     free(fields);
     free(object_key);
   }
@@ -170,7 +155,7 @@ void exports_kubeplug_plugin_handler_reconcile(exports_kubeplug_plugin_handler_g
                                                exports_kubeplug_plugin_handler_reconcile_result_t *ret) {
   char *key = maybe_namespace == NULL
                   ? kp_text(name)
-                  : format("%.*s/%.*s", (int)maybe_namespace->len,
+                  : kp_format("%.*s/%.*s", (int)maybe_namespace->len,
                            (const char *)maybe_namespace->ptr, (int)name->len,
                            (const char *)name->ptr);
   char *problem = read_pods(resource_type, maybe_namespace, key);

@@ -30,6 +30,9 @@ plugin_string_t kp_str(const char *text);
 // A malloc'd, NUL-terminated copy of `s`.
 char *kp_text(const plugin_string_t *s);
 
+// A malloc'd, printf-formatted C string.
+char *kp_format(const char *fmt, ...);
+
 // Whether `s` holds exactly `text`.
 bool kp_is(const plugin_string_t *s, const char *text);
 

@@ -22,6 +22,18 @@ char *kp_text(const plugin_string_t *s) {
   return text;
 }
 
+char *kp_format(const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  int len = vsnprintf(NULL, 0, fmt, args);
+  va_end(args);
+  char *text = malloc(len + 1);
+  va_start(args, fmt);
+  vsnprintf(text, len + 1, fmt, args);
+  va_end(args);
+  return text;
+}
+
 bool kp_is(const plugin_string_t *s, const char *text) {
   size_t len = strlen(text);
   return s->len == len && memcmp(s->ptr, text, len) == 0;
