@@ -75,6 +75,11 @@ pub const RULES: &[Rule] = &[
         why: "building plugins runs the guest toolchains; checking what was built is the binary's",
     },
     Rule {
+        package: "kubeplug-shard",
+        forbidden: WASMTIME_OR_KUBE,
+        why: "the sharding protocol is pure logic, tested without a cluster or plugins",
+    },
+    Rule {
         package: "kubeplug-config",
         forbidden: &["wasmtime"],
         why: "parsing the configuration (and fuzzing it) must not build the Wasm runtime",
