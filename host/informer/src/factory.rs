@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use crate::informer::{HandlerOptions, SharedIndexInformer};
 use crate::listener::{ListenerId, ListenerReceiver};
-use crate::object::ObjectDecoder;
+use crate::object::{Object, ObjectDecoder};
 use crate::reflector::{ReflectorConfig, WatchErrorHandler};
 use crate::resource::Resource;
 use crate::selector::{FieldSelector, LabelSelector, SelectorError};
@@ -437,6 +437,12 @@ impl Registration {
     /// What the handler watches.
     pub fn key(&self) -> &InformerKey {
         &self.key
+    }
+
+    /// Replays the cached objects `filter` picks to this handler; see
+    /// [`SharedIndexInformer::replay`].
+    pub fn replay(&self, filter: &dyn Fn(&Object) -> bool) -> usize {
+        self.informer.replay(self.listener, filter)
     }
 }
 

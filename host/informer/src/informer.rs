@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::fifo::{DeltaFifo, DeltaType, Deltas, Processed};
 use crate::indexer::{Indexer, IndexerWriter, new_indexer};
 use crate::listener::{BufferPolicy, Listener, ListenerId, ListenerReceiver, Notification};
-use crate::object::ObjectDecoder;
+use crate::object::{Object, ObjectDecoder};
 use crate::reflector::{
     Reflector, ReflectorConfig, ReflectorCounts, ReflectorError, ReflectorStats, SourceSwitch,
     WatchErrorHandler,
@@ -353,6 +353,32 @@ impl SharedIndexInformer {
         processor.waiting.retain(|w| unregister(&w.listener));
         drop(processor);
         self.inner.handlers_changed.notify_one();
+    }
+
+    /// Hands the handler `id` the cached objects `filter` picks, as adds flagged
+    /// `in_initial_list`, in order with the live changes: whatever it receives after them is
+    /// newer. Returns how many. A handler not started yet (waiting for bodies) gets the whole
+    /// cache when it starts and nothing now. A sharded replica replays the keys it gains this
+    /// way, as client-go replays the cache to a handler added late.
+    pub fn replay(&self, id: ListenerId, filter: &dyn Fn(&Object) -> bool) -> usize {
+        let inner = &self.inner;
+        inner.fifo.exclusive(|| {
+            let mut processor = lock(&inner.processor);
+            let Some(listener) = processor.listeners.iter_mut().find(|l| l.id() == id) else {
+                return 0;
+            };
+            let mut replayed = 0;
+            for object in inner.indexer.list() {
+                if filter(&object) {
+                    listener.push(Notification::Add {
+                        object,
+                        in_initial_list: true,
+                    });
+                    replayed += 1;
+                }
+            }
+            replayed
+        })
     }
 
     /// Number of registered handlers whose receivers are alive.

@@ -1,6 +1,8 @@
 //! Which version of a plugin the drivers call, and how the host swaps it (hot reload) or stops
 //! it without touching the listeners the drivers read.
 
+use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kubeplug_informer::listener::ListenerReceiver;
@@ -67,6 +69,92 @@ pub(crate) fn check_receivers(
     Ok(())
 }
 
+/// The keys this replica delivers when replicas share a plugin's work (`kubeplug run
+/// --sharding`): a notification or a work-queue key outside the share is dropped, not
+/// delivered. [`all`](Self::all) when the replica does all the work.
+#[derive(Clone)]
+pub struct KeyShare(Option<Arc<OwnsKey>>);
+
+/// Whether a key is in a [`KeyShare`].
+type OwnsKey = dyn Fn(&str) -> bool + Send + Sync;
+
+impl KeyShare {
+    /// Every key.
+    pub fn all() -> Self {
+        Self(None)
+    }
+
+    /// The keys `owns` says yes to (`namespace/name`, or `name` for cluster-scoped objects).
+    pub fn only(owns: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        Self(Some(Arc::new(owns)))
+    }
+
+    /// Whether `key` is delivered.
+    pub fn owns(&self, key: &str) -> bool {
+        self.0.as_ref().is_none_or(|owns| owns(key))
+    }
+}
+
+impl fmt::Debug for KeyShare {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.0 {
+            None => "KeyShare::all",
+            Some(_) => "KeyShare::only",
+        })
+    }
+}
+
+/// The share the drivers deliver, numbered, and the calls in flight under each number.
+/// One writer ([`DriverControl::share`]); drivers read it at the start of each call.
+#[derive(Debug)]
+struct Shares {
+    current: Mutex<(u64, KeyShare)>,
+    in_flight: Mutex<BTreeMap<u64, usize>>,
+    /// The oldest share number a call in flight started under; `u64::MAX` when none is.
+    oldest: watch::Sender<u64>,
+}
+
+impl Default for Shares {
+    fn default() -> Self {
+        Self {
+            current: Mutex::new((0, KeyShare::all())),
+            in_flight: Mutex::default(),
+            oldest: watch::Sender::new(u64::MAX),
+        }
+    }
+}
+
+impl Shares {
+    fn in_flight(&self) -> MutexGuard<'_, BTreeMap<u64, usize>> {
+        self.in_flight.lock().expect("share lock poisoned")
+    }
+
+    fn publish_oldest(&self, in_flight: &BTreeMap<u64, usize>) {
+        let oldest = in_flight.keys().next().copied().unwrap_or(u64::MAX);
+        self.oldest
+            .send_if_modified(|current| std::mem::replace(current, oldest) != oldest);
+    }
+}
+
+/// A call in flight under a share; dropping it ends the call.
+pub(crate) struct ShareCall {
+    shares: Arc<Shares>,
+    generation: u64,
+}
+
+impl Drop for ShareCall {
+    fn drop(&mut self) {
+        let mut in_flight = self.shares.in_flight();
+        if let Some(count) = in_flight.get_mut(&self.generation) {
+            *count -= 1;
+            if *count == 0 {
+                in_flight.remove(&self.generation);
+            }
+        }
+        self.shares.publish_oldest(&in_flight);
+    }
+}
+
 /// The host's handle on the plugin version its drivers call. It is the only writer of that
 /// choice; drivers follow it.
 ///
@@ -79,17 +167,41 @@ pub(crate) fn check_receivers(
 /// - [`stop`](Self::stop) ends the drivers after their calls in flight; buffered
 ///   notifications and queued keys are not delivered;
 /// - dropping the control leaves the drivers on the current version until their receivers
-///   close.
+///   close;
+/// - [`share`](Self::share) narrows or widens the keys delivered from the next call on;
+///   [`settled`](Self::settled) says when no call started under an earlier share is still
+///   in flight.
 #[derive(Debug)]
 pub struct DriverControl {
     target: watch::Sender<Option<Arc<Plugin>>>,
+    shares: Arc<Shares>,
 }
 
 impl DriverControl {
-    /// Drivers started from this control call `plugin`.
+    /// Drivers started from this control call `plugin`, with every key.
     pub fn new(plugin: Arc<Plugin>) -> Self {
         let (target, _) = watch::channel(Some(plugin));
-        Self { target }
+        Self {
+            target,
+            shares: Arc::default(),
+        }
+    }
+
+    /// Delivers only `share`'s keys from the next call on; returns the share's number, for
+    /// [`settled`](Self::settled).
+    pub fn share(&self, share: KeyShare) -> u64 {
+        let mut current = self.shares.current.lock().expect("share lock poisoned");
+        current.0 += 1;
+        current.1 = share;
+        current.0
+    }
+
+    /// Resolves once no call that started before share `number` is in flight: from then on
+    /// only that share's keys (or a later one's) are delivered.
+    pub async fn settled(&self, number: u64) {
+        let mut oldest = self.shares.oldest.subscribe();
+        // The sender lives in `self.shares`, so the channel cannot close.
+        let _ = oldest.wait_for(|oldest| *oldest >= number).await;
     }
 
     /// The version deliveries go to; `None` once stopped.
@@ -129,6 +241,7 @@ impl DriverControl {
         Follower {
             target: self.target.subscribe(),
             watching: true,
+            shares: self.shares.clone(),
         }
     }
 }
@@ -138,9 +251,39 @@ pub(crate) struct Follower {
     target: watch::Receiver<Option<Arc<Plugin>>>,
     /// False once the control is gone: the target can no longer change.
     watching: bool,
+    shares: Arc<Shares>,
 }
 
 impl Follower {
+    /// The share delivered now, to filter with outside a call.
+    pub(crate) fn share(&self) -> KeyShare {
+        self.shares
+            .current
+            .lock()
+            .expect("share lock poisoned")
+            .1
+            .clone()
+    }
+
+    /// The share to deliver now, and the call that delivers under it: hold it until the call
+    /// ends.
+    pub(crate) fn begin(&self) -> (KeyShare, ShareCall) {
+        // Counted in flight under the lock of `current`, so that a share published after
+        // this read waits for this call in `settled`. Lock order: `current`, `in_flight`.
+        let current = self.shares.current.lock().expect("share lock poisoned");
+        let (generation, share) = current.clone();
+        let mut in_flight = self.shares.in_flight();
+        *in_flight.entry(generation).or_default() += 1;
+        self.shares.publish_oldest(&in_flight);
+        drop(in_flight);
+        drop(current);
+        let call = ShareCall {
+            shares: self.shares.clone(),
+            generation,
+        };
+        (share, call)
+    }
+
     /// The version to call now, marked seen; `None` once stopped.
     pub(crate) fn current(&mut self) -> Option<Arc<Plugin>> {
         self.target.borrow_and_update().clone()

@@ -5,14 +5,16 @@ use std::time::Duration;
 
 use futures::future::select_all;
 use kubeplug_informer::backoff::Backoff;
-use kubeplug_informer::listener::{BufferPolicy, ListenerReceiver, NotificationBatch};
+use kubeplug_informer::listener::{
+    BufferPolicy, ListenerReceiver, Notification, NotificationBatch,
+};
 use kubeplug_policy::names::excerpt;
 use tokio::task::JoinHandle;
 
 use crate::bindings::wit;
 use crate::convert;
 use crate::description::Delivery;
-use crate::driver::{DriverControl, DriverError, Follower, Version, check_receivers};
+use crate::driver::{DriverControl, DriverError, Follower, KeyShare, Version, check_receivers};
 use crate::observer::CallRecord;
 use crate::plugin::Plugin;
 use crate::status::{PluginStats, RunState, bounded};
@@ -39,6 +41,7 @@ pub fn run_events(
 ///   back-off, then delivery is retried; the first success, or a new version, restores
 ///   [`BufferPolicy::Unbounded`];
 /// - a version swapped in through `control` gets the next batch (see [`DriverControl`]);
+/// - only the keys of the control's [`KeyShare`] are delivered; the rest are dropped;
 /// - the task ends when every receiver is closed or `control` stops it; it never blocks an
 ///   informer.
 pub fn drive_events(
@@ -152,7 +155,8 @@ async fn deliver_events(mut follower: Follower, mut receivers: Vec<ListenerRecei
 
 /// Delivers one batch with retries; skips it (counted) when the plugin keeps failing. Once
 /// deliveries stop (this replica stopped leading, the plugin was removed), no retry starts:
-/// the batch is dropped, and whoever delivers next starts from the cache.
+/// the batch is dropped, and whoever delivers next starts from the cache. Each attempt
+/// delivers only the keys of the share current when it starts (see [`KeyShare`]).
 async fn deliver(
     version: &Version,
     follower: &Follower,
@@ -164,14 +168,25 @@ async fn deliver(
     let limits = plugin.limits();
     let stats = plugin.stats();
     let subscription = &plugin.description().subscriptions[index];
-    let events: Vec<wit::Event> = batch
-        .iter()
-        .map(|n| convert::event(index as u32, subscription, n))
-        .collect();
+    let mut notifications: Vec<&Notification> = batch.iter().collect();
+    let mut events: Vec<wit::Event> = Vec::new();
     // Retries are bounded by `attempts`, so the delay needs no cap of its own.
     let mut backoff = Backoff::new(limits.retry_backoff, Duration::MAX);
     for round in 1..=limits.attempts.max(1) {
-        match attempt(version, &events).await {
+        let (share, call) = follower.begin();
+        keep_owned(&share, &mut notifications, &mut events);
+        if notifications.is_empty() {
+            return;
+        }
+        if events.is_empty() {
+            events = notifications
+                .iter()
+                .map(|n| convert::event(index as u32, subscription, n))
+                .collect();
+        }
+        let result = attempt(version, &events).await;
+        drop(call);
+        match result {
             Ok(()) => {
                 PluginStats::add(&stats.events_delivered, events.len() as u64);
                 if version.breaker.success() {
@@ -207,9 +222,31 @@ async fn deliver(
     PluginStats::add(&stats.batches_skipped, 1);
     tracing::error!(
         plugin = plugin.name(), events = events.len(),
-        first = %batch.first().map(|n| n.key().as_str()).unwrap_or(""),
+        first = %notifications.first().map(|n| n.key().as_str()).unwrap_or(""),
         "skipping a batch the plugin keeps failing"
     );
+}
+
+/// Drops the notifications whose keys `share` does not own, and their converted events
+/// (`events` is empty before the first conversion, and parallel to `notifications` after).
+fn keep_owned(
+    share: &KeyShare,
+    notifications: &mut Vec<&Notification>,
+    events: &mut Vec<wit::Event>,
+) {
+    let owned: Vec<bool> = notifications
+        .iter()
+        .map(|n| share.owns(n.key().as_str()))
+        .collect();
+    if owned.iter().all(|&owned| owned) {
+        return;
+    }
+    let mut flags = owned.iter();
+    notifications.retain(|_| *flags.next().expect("one flag per notification"));
+    if !events.is_empty() {
+        let mut flags = owned.iter();
+        events.retain(|_| *flags.next().expect("one flag per event"));
+    }
 }
 
 fn set_policy(receivers: &[ListenerReceiver], policy: BufferPolicy) {

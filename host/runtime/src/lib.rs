@@ -39,7 +39,7 @@ pub mod view;
 pub use description::{
     Delivery, Description, DescriptionBounds, KeyMapping, MetaFields, SubscriptionSpec,
 };
-pub use driver::{DriverControl, DriverError};
+pub use driver::{DriverControl, DriverError, KeyShare};
 pub use engine::{Allocator, CompileSource, EngineError, Live, Runtime, RuntimeConfig};
 pub use host::{HostCallError, HostCalls};
 pub use kubeplug_policy::{Grants, Gvk, ReadGrant, WriteVerb};

@@ -56,6 +56,8 @@ pub fn run_reconcile(
 ///   and faults re-add it rate-limited;
 /// - after `max_consecutive_failures` failures in a row the plugin is quarantined: workers
 ///   wait out an exponential back-off before the next call (keys keep coalescing);
+/// - keys outside the control's [`KeyShare`](crate::KeyShare) are not enqueued, and a worker
+///   that takes one forgets it without calling the plugin;
 /// - a version swapped in through `control` maps the next batch and reconciles the next key
 ///   a worker takes; once `control` stops, feeders end and workers drop the keys they take
 ///   without calling the plugin (shut the queue down to end them).
@@ -86,8 +88,12 @@ pub fn drive_reconcile(
     let workers = run_workers(&queue, workers, move |target: ObjectRef| {
         let current = follower.peek();
         let shared = shared.clone();
+        let (share, call) = follower.begin();
         async move {
+            let _call = call;
             match current {
+                // Another replica owns the key now; its back-off stays here, forgotten.
+                Some(_) if !share.owns(&target.key()) => Outcome::Done,
                 Some(plugin) => {
                     let span =
                         tracing::debug_span!("reconcile", plugin = plugin.name(), key = %target);
@@ -147,13 +153,19 @@ async fn feed(
             return;
         };
         let spec = &plugin.description().subscriptions[index];
+        let share = follower.share();
+        let add = |key: ObjectRef| {
+            if share.owns(&key.key()) {
+                queue.add(key);
+            }
+        };
         // Notifications turned into keys (none, for an object without the owner asked for):
         // what reconcile mode delivers to the plugin.
         let mut delivered = 0;
         for n in batch.iter() {
             match &spec.enqueue {
                 KeyMapping::OwnKey => {
-                    queue.add(ObjectRef {
+                    add(ObjectRef {
                         resource: spec.resource.clone(),
                         namespace: n.object().namespace().map(str::to_owned),
                         name: n.object().name().to_owned(),
@@ -163,7 +175,7 @@ async fn feed(
                 KeyMapping::Owner(owner) => {
                     let owner_namespaced = plugin.namespaced(owner).unwrap_or(true);
                     if let Some(key) = owner_key(n, owner, owner_namespaced) {
-                        queue.add(key);
+                        add(key);
                     }
                     delivered += 1;
                 }
@@ -188,7 +200,7 @@ async fn feed(
                     let (_, live) = mapper.as_mut().expect("mapper was just made");
                     match live.map_event(&event).await {
                         Ok(keys) => {
-                            keys.into_iter().for_each(|k| queue.add(k));
+                            keys.into_iter().for_each(add);
                             delivered += 1;
                         }
                         Err(e) => {

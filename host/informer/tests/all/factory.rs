@@ -183,3 +183,61 @@ async fn an_informer_sends_metadata_alone_while_no_user_needs_bodies() {
     drop((labels, more_labels));
     assert!(factory.keys().is_empty());
 }
+
+/// Sharding: a replica that gains keys has the cache replay them to its handler, in order
+/// with the live changes, as adds flagged `in_initial_list`.
+#[tokio::test(start_paused = true)]
+async fn a_registration_replays_the_cached_objects_it_picks_in_order_with_live_changes() {
+    let server = MemoryServer::new();
+    for name in ["a", "b", "c"] {
+        server
+            .create(
+                &pods().resource,
+                &format!(r#"{{"metadata":{{"name":"{name}","namespace":"ns"}}}}"#),
+            )
+            .unwrap();
+    }
+    let factory =
+        SharedInformerFactory::new(Arc::new(Memory(server.clone())), ReflectorConfig::default());
+    let (registration, mut receiver) = factory
+        .subscribe(pods(), HandlerOptions::default())
+        .unwrap()
+        .into_parts();
+    factory.wait_for_cache_sync().await;
+    let initial = receiver.recv_batch(10).await.unwrap();
+    assert_eq!(initial.len(), 3);
+    drop(initial);
+
+    let replayed = registration.replay(&|object| object.name() != "b");
+    assert_eq!(replayed, 2);
+    server
+        .update(
+            &pods().resource,
+            r#"{"metadata":{"name":"a","namespace":"ns","labels":{"v":"2"}}}"#,
+        )
+        .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let batch = receiver.recv_batch(10).await.unwrap();
+        seen.extend(batch.iter().map(|n| {
+            let initial = matches!(
+                n,
+                kubeplug_informer::listener::Notification::Add {
+                    in_initial_list: true,
+                    ..
+                }
+            );
+            (n.key().as_str().to_owned(), initial)
+        }));
+    }
+    // The cache's order is a map's; the live change comes after the replay.
+    seen[..2].sort();
+    assert_eq!(
+        seen,
+        [
+            ("ns/a".to_owned(), true),
+            ("ns/c".to_owned(), true),
+            ("ns/a".to_owned(), false),
+        ]
+    );
+}

@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::Result;
 use kubeplug_informer::object::ObjectKey;
 use kubeplug_memory::MemoryServer;
-use kubeplug_runtime::events::run_events;
-use kubeplug_runtime::{Grants, PluginLimits, WriteVerb};
+use kubeplug_runtime::events::{drive_events, run_events};
+use kubeplug_runtime::{DriverControl, Grants, KeyShare, PluginLimits, WriteVerb};
 use serde_json::json;
 
 use crate::fixtures::*;
@@ -151,8 +151,8 @@ async fn no_retry_starts_once_deliveries_stop() -> Result<()> {
         },
     )
     .await?;
-    let control = kubeplug_runtime::DriverControl::new(plugin.clone());
-    let driver = kubeplug_runtime::events::drive_events(&control, receivers)?;
+    let control = DriverControl::new(plugin.clone());
+    let driver = drive_events(&control, receivers)?;
     until("the first attempt fails", Duration::from_secs(60), || {
         plugin.status().calls_failed == 1
     })
@@ -167,5 +167,103 @@ async fn no_retry_starts_once_deliveries_stop() -> Result<()> {
     );
     anyhow::ensure!(plugin.status().calls_failed == 1, "{:?}", plugin.status());
     informer.stop().await;
+    Ok(())
+}
+
+/// Issue 26: a replica delivers only the keys of its share, and a narrower share settles once
+/// the call that started under the wider one has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_a_key_share_delivers_only_its_keys() -> Result<()> {
+    let server = MemoryServer::new();
+    for name in ["a", "b", "c", "d"] {
+        server.create(&pods(), &pod(name, &[], &[])).unwrap();
+    }
+    let (informer, receivers) = informer(&server, pods(), 1);
+    let recorder = Arc::new(Recorder::default());
+    let runtime = runtime();
+    let plugin = load(
+        &runtime,
+        "cache-querier",
+        BTreeMap::from([(gvk(&pods()), informer.indexer().clone())]),
+        recorder.clone(),
+        Grants::default().allow_write(observations(), WriteVerb::Create),
+        PluginLimits::default(),
+    )
+    .await?;
+    let control = DriverControl::new(plugin.clone());
+    control.share(KeyShare::only(|key| key == "ns/a" || key == "ns/b"));
+    let driver = drive_events(&control, receivers)?;
+    let keys = |from: usize| -> Vec<String> {
+        recorder.observations()[from..]
+            .iter()
+            .map(|o| o["key"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    until("the share's initial list", Duration::from_secs(30), || {
+        recorder.observations().len() == 2
+    })
+    .await?;
+    assert_eq!(keys(0), ["ns/a", "ns/b"]);
+
+    let only_c = control.share(KeyShare::only(|key| key == "ns/c"));
+    control.settled(only_c).await;
+    for name in ["a", "b", "c", "d"] {
+        server
+            .update(&pods(), &pod(name, &[("v", "2")], &[]))
+            .unwrap();
+    }
+    server.create(&pods(), &pod("e", &[], &[])).unwrap();
+    server
+        .update(&pods(), &pod("c", &[("v", "3")], &[]))
+        .unwrap();
+    until("c's two updates", Duration::from_secs(30), || {
+        recorder.observations().len() == 4
+    })
+    .await?;
+    assert_eq!(keys(2), ["ns/c", "ns/c"]);
+    assert_eq!(plugin.status().events_delivered, 4);
+
+    informer.stop().await;
+    driver.await?;
+    Ok(())
+}
+
+/// Issue 26: `settled` waits for the call in flight under the old share: a replica reports
+/// that it let keys go only once no call of them runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_a_new_share_settles_after_the_call_in_flight() -> Result<()> {
+    let server = MemoryServer::new();
+    server.create(&pods(), &pod("a", &[], &[])).unwrap();
+    let (informer, receivers) = informer(&server, pods(), 1);
+    let runtime = runtime();
+    let plugin = load(
+        &runtime,
+        "hostile-loop",
+        BTreeMap::from([(gvk(&pods()), informer.indexer().clone())]),
+        Arc::new(Recorder::default()),
+        Grants::default(),
+        PluginLimits {
+            attempts: 1,
+            call_deadline: Duration::from_millis(500),
+            ..PluginLimits::default()
+        },
+    )
+    .await?;
+    let control = DriverControl::new(plugin.clone());
+    let driver = drive_events(&control, receivers)?;
+    until("a call is in flight", Duration::from_secs(30), || {
+        plugin.status().instances_created >= 2
+    })
+    .await?;
+    let nothing = control.share(KeyShare::only(|_| false));
+    control.settled(nothing).await;
+    anyhow::ensure!(
+        plugin.status().calls_failed == 1,
+        "settled while the call was in flight: {:?}",
+        plugin.status()
+    );
+    control.stop();
+    informer.stop().await;
+    driver.await?;
     Ok(())
 }
