@@ -193,6 +193,11 @@ pub(crate) struct RbacArgs {
     #[arg(long, env = "KUBEPLUG_LEADER_ELECT")]
     pub(crate) leader_elect: bool,
 
+    /// Also print what `run --sharding` needs: a Role and RoleBinding, in the
+    /// ServiceAccount's namespace, to watch the ring's Leases and write and delete its own.
+    #[arg(long, env = "KUBEPLUG_SHARDING")]
+    pub(crate) sharding: bool,
+
     /// Print what `run`'s secure endpoints need (its default against a cluster): the
     /// host's `create` on TokenReviews and SubjectAccessReviews, and a `NAME-metrics-reader`
     /// ClusterRole to bind to whoever scrapes `/metrics` and `/plugins`.
@@ -221,6 +226,13 @@ pub(crate) struct RunArgs {
     /// listeners and sees only later changes.
     #[arg(long, env = "KUBEPLUG_REPLAY_ON_SWAP")]
     pub(crate) replay_on_swap: bool,
+
+    /// Append one JSON line per delivered call (`handle-events` or `reconcile`) to FILE:
+    /// replica, plugin, key, resourceVersion, start and end in microseconds since the Unix
+    /// epoch, and whether it succeeded. Replicas on one machine may share the file: to audit
+    /// which replica handled what, and when.
+    #[arg(long, env = "KUBEPLUG_DELIVERY_LOG", value_name = "FILE")]
+    pub(crate) delivery_log: Option<PathBuf>,
 
     /// Which cluster.
     #[command(flatten)]
@@ -288,6 +300,10 @@ pub(crate) struct RunArgs {
     /// Leader election.
     #[command(flatten)]
     pub(crate) election: ElectionArgs,
+
+    /// Sharding.
+    #[command(flatten)]
+    pub(crate) sharding: ShardingArgs,
 }
 
 /// The cluster `run` and `record` talk to.
@@ -353,6 +369,41 @@ pub(crate) struct ElectionArgs {
     /// How often candidates try to take the Lease and the leader renews it.
     #[arg(long, env = "KUBEPLUG_LEADER_ELECT_RETRY_PERIOD", value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     pub(crate) leader_elect_retry_period: Duration,
+}
+
+/// Sharding: replicas that share the plugins' work by key (ARCHITECTURE.md, "Sharding").
+/// Each replica's Lease is renewed with the `--leader-elect-*` durations.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ShardingArgs {
+    /// Share every plugin's keys with the other replicas of the ring: each replica holds a
+    /// coordination.k8s.io/v1 Lease of its own, and delivers the keys a consistent-hash ring
+    /// over the live replicas gives it.
+    #[arg(
+        long,
+        env = "KUBEPLUG_SHARDING",
+        conflicts_with_all = ["local", "leader_elect"]
+    )]
+    pub(crate) sharding: bool,
+
+    /// The ring's name: replicas with the same one share the work. It labels their Leases
+    /// and starts their names.
+    #[arg(
+        long,
+        env = "KUBEPLUG_SHARDING_ID",
+        value_name = "NAME",
+        default_value = "kubeplug"
+    )]
+    pub(crate) sharding_id: String,
+
+    /// Namespace of the Leases [default: the pod's namespace in a cluster, else the
+    /// kubeconfig context's, else `default`].
+    #[arg(long, env = "KUBEPLUG_SHARDING_NAMESPACE", value_name = "NS")]
+    pub(crate) sharding_namespace: Option<String>,
+
+    /// This replica's name in the ring; unique per replica [default: the host name, the pod
+    /// name in a cluster]. Its Lease is `<ring>-<name>`.
+    #[arg(long, env = "KUBEPLUG_SHARDING_IDENTITY", value_name = "NAME")]
+    pub(crate) sharding_identity: Option<String>,
 }
 
 /// A duration as `1.5s`, `500ms`, `2m` or `1h`.

@@ -4,6 +4,7 @@
 mod authoring;
 mod check;
 mod cli;
+mod delivery_log;
 mod election;
 mod event;
 mod http;
@@ -15,6 +16,7 @@ mod rbac;
 mod record;
 mod replay;
 mod run;
+mod sharding;
 mod signals;
 mod writer;
 

@@ -122,8 +122,26 @@ fn rule_list(rules: &Rules, namespaced: Option<bool>) -> Vec<Value> {
 /// (where the pod runs, the default of `--leader-elect-namespace`). No `resourceNames`: an
 /// authoriser cannot restrict `create` by name.
 fn leader_election_documents(args: &RbacArgs) -> [Value; 2] {
-    // Named apart from the plugins' Role, which shares the namespace under `--namespace`.
-    let name = format!("{}-leader-election", args.name);
+    lease_documents(args, "leader-election", &["create", "get", "update"])
+}
+
+/// What `run --sharding` needs, in the ServiceAccount's namespace (the default of
+/// `--sharding-namespace`): an informer on the ring's Leases (list, watch), its own Lease
+/// written by server-side apply (patch, and create for the first), and deleted when it
+/// leaves the ring.
+fn sharding_documents(args: &RbacArgs) -> [Value; 2] {
+    lease_documents(
+        args,
+        "sharding",
+        &["create", "delete", "get", "list", "patch", "watch"],
+    )
+}
+
+/// A Role named `<name>-<purpose>` with `verbs` on Leases in the ServiceAccount's namespace,
+/// and its binding to the ServiceAccount. Named apart from the plugins' Role, which shares
+/// the namespace under `--namespace`.
+fn lease_documents(args: &RbacArgs, purpose: &str, verbs: &[&str]) -> [Value; 2] {
+    let name = format!("{}-{purpose}", args.name);
     let namespace = &args.service_account_namespace;
     [
         json!({
@@ -133,7 +151,7 @@ fn leader_election_documents(args: &RbacArgs) -> [Value; 2] {
             "rules": [{
                 "apiGroups": ["coordination.k8s.io"],
                 "resources": ["leases"],
-                "verbs": ["create", "get", "update"],
+                "verbs": verbs,
             }],
         }),
         json!({
@@ -192,6 +210,9 @@ fn documents(rules: &Rules, args: &RbacArgs) -> Vec<Value> {
     let mut documents = plugin_documents(rules, args);
     if args.leader_elect {
         documents.extend(leader_election_documents(args));
+    }
+    if args.sharding {
+        documents.extend(sharding_documents(args));
     }
     if args.metrics_secure {
         documents.extend(metrics_documents(args));
@@ -388,6 +409,22 @@ mod tests {
         assert_eq!(
             documents[0]["metadata"],
             json!({"name": "kubeplug", "namespace": "team-a"})
+        );
+    }
+
+    #[test]
+    fn sharding_adds_a_role_to_watch_apply_and_delete_leases() {
+        let args = rbac_args(&["--metrics-secure=false", "--sharding"]);
+        let documents = documents(&deployments_watched(), &args);
+        let role = documents
+            .iter()
+            .find(|d| d["metadata"]["name"] == "kubeplug-sharding")
+            .expect("a sharding Role");
+        assert_eq!(role["kind"], "Role");
+        assert_eq!(role["metadata"]["namespace"], "kubeplug");
+        assert_eq!(
+            role["rules"][0]["verbs"],
+            json!(["create", "delete", "get", "list", "patch", "watch"])
         );
     }
 

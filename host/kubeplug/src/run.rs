@@ -16,7 +16,7 @@ use kubeplug_kube::lister::KubeSourceOptions;
 use kubeplug_kube::provider::KubeSourceProvider;
 use kubeplug_local::{LocalCluster, ScanCounts, ScanReason};
 use kubeplug_runtime::view::BoxFuture;
-use kubeplug_runtime::{ClusterWriter, Gvk, Runtime, RuntimeConfig};
+use kubeplug_runtime::{CallObserver, ClusterWriter, Gvk, Runtime, RuntimeConfig};
 use kubeplug_workqueue::WorkqueueMetrics;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -27,12 +27,15 @@ use tracing::{info, warn};
 
 use crate::cli::RunArgs;
 use crate::config::Config;
+use crate::delivery_log::DeliveryLog;
 use crate::election::{elect, election_config};
 use crate::http::{CertificateSource, HttpState, KubeReviews, Readiness, Serving, serve};
 use crate::kube_writer::{KubeWriter, reporting_instance};
 use crate::local_api;
 use crate::metrics::{InformerCollector, PluginCollector, ScanCollector, informer_health};
 use crate::plugins::{DirConfig, Hints, PluginDir, PluginHost, Resolve, Resolver, watch};
+use crate::sharding;
+use crate::sharding::{FencedWriter, LeaseClock, ShardMetrics, ShardingSetup};
 use crate::signals::stop_on_signals;
 use crate::writer::LocalWriter;
 
@@ -44,7 +47,9 @@ const DEFAULT_HTTP: &str = "127.0.0.1:8080";
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let stop = stop_on_signals();
     let config = Config::load(args.config.as_deref())?;
-    let durations = match args.election.leader_elect {
+    // Sharding renews each replica's Lease with the election's durations, and a call in
+    // flight when a replica lapses must end within the same margin.
+    let durations = match args.election.leader_elect || args.sharding.sharding {
         true => Some(election_config(&args.election, &config)?),
         false => None,
     };
@@ -101,7 +106,13 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let serving = serving(&args, &config, &cluster.backend)?;
     let factory = SharedInformerFactory::new(cluster.provider, ReflectorConfig::default());
     let mut registry = Registry::default();
-    let election = durations.map(|durations| (args.election, durations));
+    let sharded = args.sharding.sharding;
+    let (election, shard_durations) = match (durations, sharded) {
+        (Some(durations), true) => (None, Some(durations)),
+        (durations, _) => (durations.map(|durations| (args.election, durations)), None),
+    };
+    let lease_clock = LeaseClock::new();
+    let shard_metrics = sharded.then(|| ShardMetrics::register(&mut registry));
     // controller-runtime's name, so that existing dashboards and alerts apply.
     let leader_family = Family::<Vec<(String, String)>, Gauge>::default();
     let mut leader_status = Gauge::default();
@@ -125,24 +136,43 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     )));
     let queue_metrics = WorkqueueMetrics::register(&mut registry);
 
+    let replica = args
+        .sharding
+        .sharding_identity
+        .clone()
+        .unwrap_or_else(reporting_instance);
+    let observer = match &args.delivery_log {
+        Some(path) => {
+            let lease = sharded.then(|| lease_clock.clone());
+            Some(Arc::new(DeliveryLog::open(path, &replica, lease)?) as Arc<dyn CallObserver>)
+        }
+        None => None,
+    };
     let runtime = Runtime::new(RuntimeConfig {
         artifact_cache: artifact_cache_dir(),
+        observer,
         ..RuntimeConfig::default()
     })
     .context("cannot start the WebAssembly engine")?;
     let namespace = args.namespace.clone().or(config.host.namespace.clone());
-    let host = Arc::new(
-        PluginHost::new(
-            runtime,
-            factory.clone(),
-            cluster.resolve,
-            cluster.writer,
-            queue_metrics,
-            config,
-            namespace,
-        )
-        .replaying_on_swap(args.replay_on_swap),
-    );
+    let writer = match sharded {
+        true => Arc::new(FencedWriter::new(cluster.writer, lease_clock.clone())),
+        false => cluster.writer,
+    };
+    let mut host = PluginHost::new(
+        runtime,
+        factory.clone(),
+        cluster.resolve,
+        writer,
+        queue_metrics,
+        config,
+        namespace,
+    )
+    .replaying_on_swap(args.replay_on_swap);
+    if sharded {
+        host = host.sharded();
+    }
+    let host = Arc::new(host);
     registry.register_collector(Box::new(PluginCollector::new(host.clone())));
 
     let reports = host.clone();
@@ -189,6 +219,22 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    // A sharded replica delivers only the keys its ring gives it; until its Lease is written
+    // and a handover done, none.
+    let sharding = match (&cluster.backend, shard_durations, shard_metrics) {
+        (Backend::Kube { client, .. }, Some(durations), Some(metrics)) => {
+            let setup = ShardingSetup::new(&args.sharding, durations, client)?;
+            Some(sharding::join(
+                client,
+                &factory,
+                host.clone(),
+                setup,
+                lease_clock,
+                metrics,
+            )?)
+        }
+        _ => None,
+    };
     // Plugins present at start load, once every file still being written has settled; each
     // starts as soon as the informers it reads have synced. A stop signal ends the wait, and
     // the host stops with what it has.
@@ -229,6 +275,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         .await;
     if let Some(election) = election_started {
         election.resign().await;
+    }
+    if let Some(sharding) = sharding {
+        sharding.leave().await;
     }
     cancel.cancel();
     drop(local_api);

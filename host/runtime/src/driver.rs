@@ -197,11 +197,16 @@ impl DriverControl {
     }
 
     /// Resolves once no call that started before share `number` is in flight: from then on
-    /// only that share's keys (or a later one's) are delivered.
-    pub async fn settled(&self, number: u64) {
-        let mut oldest = self.shares.oldest.subscribe();
-        // The sender lives in `self.shares`, so the channel cannot close.
-        let _ = oldest.wait_for(|oldest| *oldest >= number).await;
+    /// only that share's keys (or a later one's) are delivered. The future does not borrow
+    /// the control, so that it can be awaited after the control is dropped (drivers stopped
+    /// with it end their calls all the same).
+    pub fn settled(&self, number: u64) -> impl Future<Output = ()> + Send + use<> {
+        let shares = self.shares.clone();
+        async move {
+            let mut oldest = shares.oldest.subscribe();
+            // The sender lives in `shares`, held here, so the channel cannot close.
+            let _ = oldest.wait_for(|oldest| *oldest >= number).await;
+        }
     }
 
     /// The version deliveries go to; `None` once stopped.

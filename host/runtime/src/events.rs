@@ -1,7 +1,7 @@
 //! Events mode: every notification, in order, in batches, into one instance.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures::future::select_all;
 use kubeplug_informer::backoff::Backoff;
@@ -184,8 +184,24 @@ async fn deliver(
                 .map(|n| convert::event(index as u32, subscription, n))
                 .collect();
         }
+        let started = SystemTime::now();
         let result = attempt(version, &events).await;
         drop(call);
+        plugin.observe(None, || CallRecord::Delivered {
+            keys: notifications
+                .iter()
+                .map(|n| {
+                    let object = n.object();
+                    (
+                        object.key().as_str().to_owned(),
+                        object.resource_version_text().into_owned(),
+                    )
+                })
+                .collect(),
+            started,
+            ended: SystemTime::now(),
+            ok: result.is_ok(),
+        });
         match result {
             Ok(()) => {
                 PluginStats::add(&stats.events_delivered, events.len() as u64);

@@ -85,6 +85,19 @@ pub enum CallRecord {
         /// As the work queue takes it: the error is the failure's description.
         outcome: Outcome<String>,
     },
+    /// A `handle-events` or `reconcile` call ended: what it delivered and when it ran, for a
+    /// record of deliveries (`kubeplug run --delivery-log`).
+    Delivered {
+        /// Each event's key and the resourceVersion of the object it carried, in order; for
+        /// a reconcile, its key and an empty version.
+        keys: Vec<(String, String)>,
+        /// When the call started.
+        started: std::time::SystemTime,
+        /// When it ended.
+        ended: std::time::SystemTime,
+        /// Whether it succeeded.
+        ok: bool,
+    },
     /// A `handle-events` or `map-event` call failed: an error result, a trap, the deadline,
     /// the memory cap, or no instance to call.
     Failed {

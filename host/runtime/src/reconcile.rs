@@ -2,7 +2,7 @@
 //! own instance, call `reconcile`.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use kubeplug_informer::listener::{ListenerReceiver, Notification};
 use kubeplug_policy::names::excerpt;
@@ -225,7 +225,16 @@ async fn feed(
 async fn reconcile_one(version: &Version, target: ObjectRef) -> Outcome<String> {
     let plugin = version.plugin.name();
     let call = version.plugin.reconcile_call(&target);
+    let started = SystemTime::now();
     let outcome = call_reconcile(version, &target, call.clone()).await;
+    version
+        .plugin
+        .observe(call.clone(), || CallRecord::Delivered {
+            keys: vec![(target.key(), String::new())],
+            started,
+            ended: SystemTime::now(),
+            ok: !matches!(outcome, Outcome::Error(_)),
+        });
     match &outcome {
         Outcome::Done => tracing::debug!(plugin, key = %target, result = "done", "reconciled"),
         Outcome::RequeueAfter(delay) => tracing::debug!(

@@ -26,8 +26,8 @@ use kubeplug_informer::informer::{HandlerOptions, SharedIndexInformer};
 use kubeplug_informer::listener::{BufferPolicy, ListenerProbe, ListenerReceiver};
 use kubeplug_runtime::status::{MetricValue, SeriesKey};
 use kubeplug_runtime::{
-    ClusterWriter, Delivery, DriverControl, Gvk, ObjectRef, Plugin, PluginSpec, Runtime,
-    SubscriptionSpec,
+    ClusterWriter, Delivery, DriverControl, Gvk, KeyMapping, KeyShare, ObjectRef, Plugin,
+    PluginSpec, Runtime, SubscriptionSpec,
 };
 use kubeplug_workqueue::{Queue, Workers, WorkqueueMetrics};
 use tokio::task::JoinHandle;
@@ -249,6 +249,10 @@ pub(crate) struct PluginHost {
     /// A new version gets new registrations, and so the whole cache again, even when it
     /// could inherit the running listeners (`--replay-on-swap`, for development).
     replay_on_swap: bool,
+    /// With `--sharding`, the keys each plugin (by name) delivers; a plugin not in the map
+    /// delivers none. `None`: every plugin delivers every key. Written under `writing`, so
+    /// that a delivery started by a swap takes the share in force.
+    shares: Option<Mutex<BTreeMap<String, KeyShare>>>,
 }
 
 impl std::fmt::Debug for PluginHost {
@@ -283,7 +287,106 @@ impl PluginHost {
             reloads: ReloadCounts::default(),
             changes: tokio::sync::watch::Sender::new(0),
             replay_on_swap: false,
+            shares: None,
         }
+    }
+
+    /// Makes the host deliver to each plugin only the keys [`share`](Self::share) gives it
+    /// (none until then): replicas share the work (`--sharding`).
+    pub(crate) fn sharded(mut self) -> Self {
+        self.shares = Some(Mutex::default());
+        self
+    }
+
+    /// The share a delivery of `plugin` starts with.
+    fn share_of(&self, plugin: &str) -> KeyShare {
+        match &self.shares {
+            None => KeyShare::all(),
+            Some(shares) => shares
+                .lock()
+                .expect("shares poisoned by a panic")
+                .get(plugin)
+                .cloned()
+                .unwrap_or_else(|| KeyShare::only(|_| false)),
+        }
+    }
+
+    /// Delivers only `share`'s keys to `plugin` from its next call on, and to any version
+    /// of it started later. The future resolves once no call under the previous share is in
+    /// flight.
+    pub(crate) async fn share(
+        &self,
+        plugin: &str,
+        share: KeyShare,
+    ) -> impl Future<Output = ()> + Send + use<> {
+        let _writing = self.writing.lock().await;
+        if let Some(shares) = &self.shares {
+            shares
+                .lock()
+                .expect("shares poisoned by a panic")
+                .insert(plugin.to_owned(), share.clone());
+        }
+        let settled = delivering_named(&self.table(), plugin).map(|(_, delivering)| {
+            let control = &delivering.control;
+            control.settled(control.share(share))
+        });
+        async move {
+            if let Some(settled) = settled {
+                settled.await;
+            }
+        }
+    }
+
+    /// Replays to `plugin` the cached objects of the keys `gained` picks, as in-initial-list
+    /// adds: the keys a sharded replica takes over. A reconcile plugin that maps events to
+    /// other keys (owners, computed) gets every cached object, since which of them map to a
+    /// gained key is known only after mapping; its share drops the rest. Returns how many
+    /// objects were replayed.
+    pub(crate) fn replay(&self, plugin: &str, gained: &dyn Fn(&str) -> bool) -> usize {
+        let table = self.table();
+        let Some((serving, delivering)) = delivering_named(&table, plugin) else {
+            return 0;
+        };
+        let description = serving.plugin.description();
+        delivering
+            .subscriptions
+            .iter()
+            .zip(&description.subscriptions)
+            .map(|(registration, spec)| {
+                let by_own_key = matches!(description.delivery, Delivery::Events)
+                    || matches!(spec.enqueue, KeyMapping::OwnKey);
+                match by_own_key {
+                    true => registration.replay(&|object| gained(object.key().as_str())),
+                    false => registration.replay(&|_| true),
+                }
+            })
+            .sum()
+    }
+
+    /// How many distinct cached keys of `plugin`'s subscriptions `owns` picks.
+    pub(crate) fn count_keys(&self, plugin: &str, owns: &dyn Fn(&str) -> bool) -> usize {
+        let table = self.table();
+        let Some((_, delivering)) = delivering_named(&table, plugin) else {
+            return 0;
+        };
+        let mut keys = std::collections::BTreeSet::new();
+        for registration in &delivering.subscriptions {
+            for object in registration.informer().indexer().list() {
+                if owns(object.key().as_str()) {
+                    keys.insert(object.key().as_str().to_owned());
+                }
+            }
+        }
+        keys.len()
+    }
+
+    /// The plugins that serve, by name, with their content hashes.
+    pub(crate) fn served(&self) -> BTreeMap<String, String> {
+        self.table()
+            .values()
+            .filter_map(|entry| entry.serving.as_ref())
+            .map(|serving| (serving.plugin.name().to_owned(), serving.hash.to_string()))
+            .collect()
     }
 
     /// Makes every swap replay the cache to the new version (see `replay_on_swap`).
@@ -740,6 +843,7 @@ impl PluginHost {
         } = registered;
         let probes = receivers.iter().map(ListenerReceiver::probe).collect();
         let control = DriverControl::new(plugin.clone());
+        control.share(self.share_of(plugin.name()));
         let (tasks, reconcile) = match plugin.description().delivery {
             Delivery::Events => {
                 let task = kubeplug_runtime::events::drive_events(&control, receivers)
@@ -971,6 +1075,18 @@ impl PluginHost {
         }))
         .await;
     }
+}
+
+/// The version of `plugin` (by name) that serves and delivers, if any.
+fn delivering_named<'a>(
+    table: &'a BTreeMap<PathBuf, Entry>,
+    plugin: &str,
+) -> Option<(&'a Serving, &'a Delivering)> {
+    let serving = table
+        .values()
+        .filter_map(|entry| entry.serving.as_ref())
+        .find(|serving| serving.plugin.name() == plugin)?;
+    Some((serving, serving.delivering.as_ref()?))
 }
 
 /// What a subscription needs of its informer's objects: bodies unless its events carry

@@ -5,6 +5,7 @@
 mod cluster;
 mod handover;
 mod secure;
+mod shard;
 #[path = "../support/mod.rs"]
 mod support;
 mod sync;

@@ -1,0 +1,374 @@
+//! Sharding (issue 26): `kubeplug run --sharding` replicas, each a process of its own with
+//! its own client, share a plugin's keys on the fake API server. Every replica appends each
+//! delivery to one shared `--delivery-log`: the recorder the checks read.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use http::Method;
+use kubeplug_shard::Ring;
+use serde::Deserialize;
+use serde_json::json;
+use sha2::{Digest as _, Sha256};
+
+use crate::PluginSetup;
+use crate::cluster::{Cluster, Server, on_both_servers};
+use crate::support::{Host, wait_until};
+
+/// One delivered key, as the delivery log has it.
+#[derive(Debug, Clone, Deserialize)]
+struct Delivery {
+    replica: String,
+    key: String,
+    rv: String,
+    start: u64,
+    end: u64,
+    /// Its replica's Lease had lapsed when the call ended: it froze in the call, and its
+    /// writes were refused from then on.
+    #[serde(default)]
+    fenced: bool,
+}
+
+/// Every delivery so far, in the order the replicas wrote them.
+fn deliveries(log: &Path) -> Vec<Delivery> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
+        .collect()
+}
+
+/// Deliveries of one key by two replicas whose times overlap. A fenced call (its replica
+/// froze in it) is left out: it can overlap, and could write nothing.
+fn overlaps(deliveries: &[Delivery]) -> Vec<String> {
+    let mut by_key: BTreeMap<&str, Vec<&Delivery>> = BTreeMap::new();
+    for delivery in deliveries.iter().filter(|d| !d.fenced) {
+        by_key.entry(&delivery.key).or_default().push(delivery);
+    }
+    let mut found = Vec::new();
+    for (key, of_key) in by_key {
+        for (i, a) in of_key.iter().enumerate() {
+            for b in &of_key[i + 1..] {
+                if a.replica != b.replica && a.start <= b.end && b.start <= a.end {
+                    found.push(format!("{key}: {a:?} and {b:?}"));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Keys whose deliveries, in the order they started, change replica more than `changes`
+/// times: a key moves once per membership change that moves it, and never back and forth
+/// between two replicas that both deliver it.
+fn handed_back_and_forth(deliveries: &[Delivery], changes: usize) -> Vec<String> {
+    let mut by_key: BTreeMap<&str, Vec<&Delivery>> = BTreeMap::new();
+    for delivery in deliveries {
+        by_key.entry(&delivery.key).or_default().push(delivery);
+    }
+    by_key
+        .into_iter()
+        .filter_map(|(key, mut of_key)| {
+            of_key.sort_by_key(|d| d.start);
+            let replicas: Vec<&str> = of_key.iter().map(|d| d.replica.as_str()).collect();
+            let switches = replicas.windows(2).filter(|w| w[0] != w[1]).count();
+            (switches > changes).then(|| format!("{key}: {replicas:?}"))
+        })
+        .collect()
+}
+
+/// A sharded replica `identity`, with the short Lease durations of the election tests.
+fn replica(identity: &str, cluster: &Cluster, setup: &PluginSetup, log: &Path) -> Host {
+    let flags = [
+        format!("--kubeconfig={}", cluster.kubeconfig.display()),
+        format!("--plugins={}", setup.plugins.display()),
+        format!("--config={}", setup.config.display()),
+        format!("--namespace={}", cluster.namespace),
+        "--sharding".to_owned(),
+        format!("--sharding-namespace={}", cluster.namespace),
+        format!("--sharding-identity={identity}"),
+        "--leader-elect-lease-duration=2s".to_owned(),
+        "--leader-elect-renew-deadline=800ms".to_owned(),
+        "--leader-elect-retry-period=200ms".to_owned(),
+        format!("--delivery-log={}", log.display()),
+    ];
+    Host::start(&flags)
+}
+
+/// Waits until `host` has completed a handover to the ring of exactly `members`.
+fn wait_for_ring(host: &Host, members: &[&str]) {
+    let wanted = format!("members={members:?}");
+    wait_until(&format!("a handover to {wanted}"), || {
+        host.stderr_lines()
+            .iter()
+            .rev()
+            .find(|line| line.contains("handover done"))
+            .is_some_and(|line| line.contains(&wanted))
+            .then_some(())
+    });
+}
+
+/// The ring the replicas build for the plugin file at `path` over `members`.
+fn ring(path: &Path, members: &[&str]) -> Ring {
+    let content: String = Sha256::digest(std::fs::read(path).unwrap())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ring::new(&content, members.iter().copied())
+}
+
+/// Writes ConfigMap `cm-<index>` with `version` in its data: created the first time, then
+/// replaced. Returns its resourceVersion.
+async fn write(cluster: &Cluster, index: usize, version: usize) -> String {
+    let collection = format!("/api/v1/namespaces/{}/configmaps", cluster.namespace);
+    let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": format!("cm-{index}")},
+                        "data": {"version": version.to_string()}});
+    let written = match version {
+        0 => cluster.create(&collection, &object).await,
+        _ => cluster
+            .request(
+                Method::PUT,
+                &format!("{collection}/cm-{index}"),
+                Some(&object),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("replacing cm-{index}: {e:?}")),
+    };
+    written["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Waits (a minute at most) until every key's latest resourceVersion has been delivered by
+/// its owner in `ring`.
+async fn final_states_reach_their_owners(
+    log: &Path,
+    latest: &BTreeMap<String, String>,
+    ring: &Ring,
+) {
+    let missing = || {
+        let delivered: BTreeSet<(String, String, String)> = deliveries(log)
+            .into_iter()
+            .map(|d| (d.key, d.rv, d.replica))
+            .collect();
+        latest
+            .iter()
+            .filter(|(key, rv)| {
+                let owner = ring.owner(key).unwrap().to_owned();
+                !delivered.contains(&((*key).clone(), (*rv).clone(), owner))
+            })
+            .map(|(key, rv)| format!("{key}@{rv}"))
+            .collect::<Vec<_>>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !missing().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let missing = missing();
+    assert!(
+        missing.is_empty(),
+        "{} keys' final state did not reach their final owner, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+}
+
+/// Fails naming the first overlapping deliveries and keys that went back and forth more
+/// than `changes` times.
+fn assert_no_overlap(all: &[Delivery], changes: usize) {
+    let overlapping = overlaps(all);
+    assert!(
+        overlapping.is_empty(),
+        "{} overlapping deliveries, e.g. {:?}",
+        overlapping.len(),
+        &overlapping[..overlapping.len().min(3)]
+    );
+    let back_and_forth = handed_back_and_forth(all, changes);
+    assert!(
+        back_and_forth.is_empty(),
+        "{} keys went back and forth, e.g. {:?}",
+        back_and_forth.len(),
+        &back_and_forth[..back_and_forth.len().min(3)]
+    );
+}
+
+const KEYS: usize = 1_000;
+const CHANGES: usize = 10_000;
+
+/// The shard recorder, spinning about a millisecond per event, one event per call.
+fn recorder_setup(cluster: &Cluster) -> PluginSetup {
+    PluginSetup::of(
+        cluster.dir.path(),
+        "shard-recorder",
+        "[plugins.shard-recorder]\nbatch_size = 1\nsettings = { spin = 1_000_000 }\n\
+         [plugins.shard-recorder.grants]\nread = [\"v1/ConfigMap\"]\n",
+    )
+}
+
+on_both_servers!(shard_three_replicas_share_the_keys_and_hand_over_without_overlap);
+
+/// 1,000 keys; 10,000 changes on the fake server, 3,000 on the real one (the issue's smaller
+/// churn: each change there is an etcd write).
+async fn shard_three_replicas_share_the_keys_and_hand_over_without_overlap(server: Server) {
+    let changes = match server {
+        Server::Fake => CHANGES,
+        Server::Real => 3 * KEYS,
+    };
+    let Some(cluster) = Cluster::start(server, "shard").await else {
+        return;
+    };
+    let setup = recorder_setup(&cluster);
+    let plugin_file = setup.plugins.join("shard-recorder.wasm");
+    let log: PathBuf = cluster.dir.path().join("deliveries.jsonl");
+    let mut replicas: BTreeMap<&str, Host> = BTreeMap::new();
+    for identity in ["r0", "r1", "r2"] {
+        replicas.insert(identity, replica(identity, &cluster, &setup, &log));
+    }
+    for host in replicas.values() {
+        wait_for_ring(host, &["r0", "r1", "r2"]);
+    }
+
+    // Steady state: every key delivered by exactly its owner, shares within ±15 % of even.
+    let key = |index: usize| format!("{}/cm-{index}", cluster.namespace);
+    let mut latest: BTreeMap<String, String> = BTreeMap::new();
+    for index in 0..KEYS {
+        latest.insert(key(index), write(&cluster, index, 0).await);
+    }
+    wait_until("every creation is delivered", || {
+        let delivered: BTreeSet<String> = deliveries(&log).into_iter().map(|d| d.key).collect();
+        (delivered.len() == KEYS).then_some(())
+    });
+    let three = ring(&plugin_file, &["r0", "r1", "r2"]);
+    let steady = deliveries(&log);
+    let mut shares: BTreeMap<String, usize> = BTreeMap::new();
+    for delivery in &steady {
+        assert_eq!(
+            three.owner(&delivery.key),
+            Some(delivery.replica.as_str()),
+            "{delivery:?}"
+        );
+        *shares.entry(delivery.replica.clone()).or_default() += 1;
+    }
+    eprintln!("steady state, deliveries per replica: {shares:?}");
+    for (replica, count) in &shares {
+        let share = *count as f64 / KEYS as f64;
+        assert!(
+            (share - 1.0 / 3.0).abs() <= 0.15 / 3.0,
+            "{replica} delivered {share:.3} of the keys"
+        );
+    }
+
+    // Churn; r2 is killed (its Lease left to expire) after a third, r3 added after two.
+    let churn_started = Instant::now();
+    for change in KEYS..changes {
+        if change == KEYS + (changes - KEYS) / 3 {
+            drop(replicas.remove("r2"));
+        }
+        if change == KEYS + 2 * (changes - KEYS) / 3 {
+            replicas.insert("r3", replica("r3", &cluster, &setup, &log));
+        }
+        let index = change % KEYS;
+        latest.insert(key(index), write(&cluster, index, change / KEYS).await);
+    }
+    eprintln!(
+        "churn of {} changes took {:?}",
+        changes - KEYS,
+        churn_started.elapsed()
+    );
+    for host in replicas.values() {
+        wait_for_ring(host, &["r0", "r1", "r3"]);
+    }
+    let last = ring(&plugin_file, &["r0", "r1", "r3"]);
+    final_states_reach_their_owners(&log, &latest, &last).await;
+
+    let all = deliveries(&log);
+    assert_no_overlap(&all, 2);
+    let two = ring(&plugin_file, &["r0", "r1"]);
+    let moved_by_kill = latest
+        .keys()
+        .filter(|key| three.owner(key) != two.owner(key))
+        .count();
+    let moved_by_add = latest
+        .keys()
+        .filter(|key| two.owner(key) != last.owner(key))
+        .count();
+    let mut per_replica: BTreeMap<&str, usize> = BTreeMap::new();
+    for delivery in &all {
+        *per_replica.entry(&delivery.replica).or_default() += 1;
+    }
+    eprintln!(
+        "{} deliveries, per replica {per_replica:?}; keys moved by the kill {moved_by_kill} \
+         (ideal {}), by the add {moved_by_add} (ideal {})",
+        all.len(),
+        KEYS / 3,
+        KEYS / 3
+    );
+}
+
+/// A replica frozen (SIGSTOP) past its Lease while the others churn: they take its keys once
+/// its Lease expires; resumed (SIGCONT), it finds its Lease lapsed on its own clock, delivers
+/// nothing more of what it held, and rejoins as a new member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_a_frozen_replica_drops_its_keys_and_rejoins_without_overlap() {
+    const FROZEN_KEYS: usize = 300;
+    let cluster = Cluster::start(Server::Fake, "shard-freeze").await.unwrap();
+    let setup = recorder_setup(&cluster);
+    let plugin_file = setup.plugins.join("shard-recorder.wasm");
+    let log: PathBuf = cluster.dir.path().join("deliveries.jsonl");
+    let replicas: Vec<Host> = ["r0", "r1", "r2"]
+        .iter()
+        .map(|identity| replica(identity, &cluster, &setup, &log))
+        .collect();
+    for host in &replicas {
+        wait_for_ring(host, &["r0", "r1", "r2"]);
+    }
+    let key = |index: usize| format!("{}/cm-{index}", cluster.namespace);
+    let mut latest: BTreeMap<String, String> = BTreeMap::new();
+    let mut change = 0;
+    let mut churn = async |until: Instant, latest: &mut BTreeMap<String, String>| {
+        while Instant::now() < until {
+            let index = change % FROZEN_KEYS;
+            latest.insert(
+                key(index),
+                write(&cluster, index, change / FROZEN_KEYS).await,
+            );
+            change += 1;
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    };
+    churn(Instant::now() + Duration::from_secs(2), &mut latest).await;
+    replicas[1].signal("STOP");
+    // Twice the Lease duration: the others expire r1 and hand its keys over.
+    churn(Instant::now() + Duration::from_secs(4), &mut latest).await;
+    for host in [&replicas[0], &replicas[2]] {
+        wait_for_ring(host, &["r0", "r2"]);
+    }
+    replicas[1].signal("CONT");
+    churn(Instant::now() + Duration::from_secs(2), &mut latest).await;
+    for host in &replicas {
+        wait_for_ring(host, &["r0", "r1", "r2"]);
+    }
+    churn(Instant::now() + Duration::from_secs(1), &mut latest).await;
+    final_states_reach_their_owners(&log, &latest, &ring(&plugin_file, &["r0", "r1", "r2"])).await;
+    assert!(
+        replicas[1]
+            .stderr_lines()
+            .iter()
+            .any(|line| line.contains("was not renewed in time")),
+        "r1 noticed that its Lease lapsed"
+    );
+    let all = deliveries(&log);
+    let fenced = all.iter().filter(|d| d.fenced).count();
+    assert!(
+        fenced <= 1,
+        "{fenced} fenced calls: only the one in flight at the freeze"
+    );
+    assert_no_overlap(&all, 2);
+    eprintln!(
+        "{} deliveries over {change} changes, {fenced} fenced",
+        all.len()
+    );
+}
