@@ -78,13 +78,24 @@ fn handed_back_and_forth(deliveries: &[Delivery], changes: usize) -> Vec<String>
         .collect()
 }
 
-/// A sharded replica `identity`, with the short Lease durations of the election tests.
+/// A sharded replica `identity`, with the short Lease durations of the election tests,
+/// watching only the cluster's test namespace.
 fn replica(identity: &str, cluster: &Cluster, setup: &PluginSetup, log: &Path) -> Host {
-    let flags = [
+    replica_in(identity, cluster, setup, log, Some(&cluster.namespace))
+}
+
+/// [`replica`], watching `namespace`, or every namespace.
+fn replica_in(
+    identity: &str,
+    cluster: &Cluster,
+    setup: &PluginSetup,
+    log: &Path,
+    namespace: Option<&str>,
+) -> Host {
+    let mut flags = vec![
         format!("--kubeconfig={}", cluster.kubeconfig.display()),
         format!("--plugins={}", setup.plugins.display()),
         format!("--config={}", setup.config.display()),
-        format!("--namespace={}", cluster.namespace),
         "--sharding".to_owned(),
         format!("--sharding-namespace={}", cluster.namespace),
         format!("--sharding-identity={identity}"),
@@ -93,20 +104,29 @@ fn replica(identity: &str, cluster: &Cluster, setup: &PluginSetup, log: &Path) -
         "--leader-elect-retry-period=200ms".to_owned(),
         format!("--delivery-log={}", log.display()),
     ];
+    flags.extend(namespace.map(|namespace| format!("--namespace={namespace}")));
     Host::start(&flags)
 }
 
-/// Waits until `host` has completed a handover to the ring of exactly `members`.
-fn wait_for_ring(host: &Host, members: &[&str]) {
-    let wanted = format!("members={members:?}");
-    wait_until(&format!("a handover to {wanted}"), || {
+/// Waits until `host` has completed a handover of `plugin` to the ring of exactly `members`.
+fn wait_for_ring_of(host: &Host, plugin: &str, members: &[&str]) {
+    let (named, wanted) = (
+        format!("plugin=\"{plugin}\""),
+        format!("members={members:?}"),
+    );
+    wait_until(&format!("a handover of {plugin} to {wanted}"), || {
         host.stderr_lines()
             .iter()
             .rev()
-            .find(|line| line.contains("handover done"))
+            .find(|line| line.contains("handover done") && line.contains(&named))
             .is_some_and(|line| line.contains(&wanted))
             .then_some(())
     });
+}
+
+/// [`wait_for_ring_of`] the shard recorder.
+fn wait_for_ring(host: &Host, members: &[&str]) {
+    wait_for_ring_of(host, "shard-recorder", members);
 }
 
 /// The ring the replicas build for the plugin file at `path` over `members`.
@@ -371,4 +391,88 @@ async fn shard_a_frozen_replica_drops_its_keys_and_rejoins_without_overlap() {
         "{} deliveries over {change} changes, {fenced} fenced",
         all.len()
     );
+}
+
+/// The example plugins, sharded: label-audit (events, Deployments) and namespace-defaults
+/// (reconcile mode, Namespaces) each deliver every key on exactly one replica, and do their
+/// work: every Namespace gets its labels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_the_example_plugins_deliver_each_key_on_one_replica() {
+    const OBJECTS: usize = 30;
+    let cluster = Cluster::start(Server::Fake, "shard-examples")
+        .await
+        .unwrap();
+    let quotas = kubeplug_informer::resource::Resource::new(
+        "",
+        "v1",
+        "ResourceQuota",
+        "resourcequotas",
+        true,
+    );
+    cluster.fake().unwrap().serve(quotas);
+    let plugins = cluster.dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    for name in ["label-audit", "namespace-defaults"] {
+        std::fs::copy(
+            crate::support::built_plugin(name),
+            plugins.join(format!("{name}.wasm")),
+        )
+        .unwrap();
+    }
+    let config = cluster.dir.path().join("kubeplug.toml");
+    let repository = xtask::Layout::from_manifest_dir().root;
+    std::fs::copy(repository.join("examples/kubeplug.toml"), &config).unwrap();
+    let setup = PluginSetup { plugins, config };
+    let log: PathBuf = cluster.dir.path().join("deliveries.jsonl");
+    let replicas: Vec<Host> = ["r0", "r1", "r2"]
+        .iter()
+        .map(|identity| replica_in(identity, &cluster, &setup, &log, None))
+        .collect();
+    for host in &replicas {
+        for plugin in ["label-audit", "namespace-defaults"] {
+            wait_for_ring_of(host, plugin, &["r0", "r1", "r2"]);
+        }
+    }
+    for index in 0..OBJECTS {
+        cluster.create_deployment(&format!("web-{index}")).await;
+        let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
+                               "metadata": {"name": format!("ns-{index}")}});
+        cluster.create("/api/v1/namespaces", &namespace).await;
+    }
+    let labelled = |index: usize| {
+        let path = format!("/api/v1/namespaces/ns-{index}");
+        let cluster = &cluster;
+        async move {
+            let namespace = cluster.request(Method::GET, &path, None).await.ok()?;
+            (namespace["metadata"]["labels"]["pod-security.kubernetes.io/warn"] == "baseline")
+                .then_some(())
+        }
+    };
+    for index in 0..OBJECTS {
+        crate::cluster::eventually(&format!("ns-{index} labelled"), || labelled(index)).await;
+    }
+    let of = |plugin: &str, key: &str| -> BTreeSet<String> {
+        #[derive(Deserialize)]
+        struct Line {
+            plugin: String,
+            replica: String,
+            key: String,
+        }
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str::<Line>(line).unwrap())
+            .filter(|line| line.plugin == plugin && line.key == key)
+            .map(|line| line.replica)
+            .collect()
+    };
+    for index in 0..OBJECTS {
+        let deployment = format!("{}/web-{index}", cluster.namespace);
+        let namespace = format!("ns-{index}");
+        wait_until(&format!("{deployment} delivered"), || {
+            (!of("label-audit", &deployment).is_empty()).then_some(())
+        });
+        assert_eq!(of("label-audit", &deployment).len(), 1, "{deployment}");
+        assert_eq!(of("namespace-defaults", &namespace).len(), 1, "{namespace}");
+    }
 }
