@@ -24,6 +24,7 @@ struct Delivery {
     rv: String,
     start: u64,
     end: u64,
+    ok: bool,
     /// Its replica's Lease had lapsed when the call ended: it froze in the call, and its
     /// writes were refused from then on.
     #[serde(default)]
@@ -141,20 +142,21 @@ fn ring(path: &Path, members: &[&str]) -> Ring {
 /// Writes ConfigMap `cm-<index>` with `version` in its data: created the first time, then
 /// replaced. Returns its resourceVersion.
 async fn write(cluster: &Cluster, index: usize, version: usize) -> String {
+    write_named(cluster, &format!("cm-{index}"), version).await
+}
+
+/// [`write`] of the ConfigMap `name`.
+async fn write_named(cluster: &Cluster, name: &str, version: usize) -> String {
     let collection = format!("/api/v1/namespaces/{}/configmaps", cluster.namespace);
     let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": format!("cm-{index}")},
+                        "metadata": {"name": name},
                         "data": {"version": version.to_string()}});
     let written = match version {
         0 => cluster.create(&collection, &object).await,
         _ => cluster
-            .request(
-                Method::PUT,
-                &format!("{collection}/cm-{index}"),
-                Some(&object),
-            )
+            .request(Method::PUT, &format!("{collection}/{name}"), Some(&object))
             .await
-            .unwrap_or_else(|e| panic!("replacing cm-{index}: {e:?}")),
+            .unwrap_or_else(|e| panic!("replacing {name}: {e:?}")),
     };
     written["metadata"]["resourceVersion"]
         .as_str()
@@ -475,4 +477,81 @@ async fn shard_the_example_plugins_deliver_each_key_on_one_replica() {
         assert_eq!(of("label-audit", &deployment).len(), 1, "{deployment}");
         assert_eq!(of("namespace-defaults", &namespace).len(), 1, "{namespace}");
     }
+}
+
+/// Reconcile mode: each key is reconciled on its owner only, its failed attempts retried with
+/// back-off there; when its owner dies, its new owner reconciles it, never both at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_reconcile_keys_and_their_retries_stay_with_their_owner() {
+    const RECONCILED: usize = 200;
+    let cluster = Cluster::start(Server::Fake, "shard-reconcile")
+        .await
+        .unwrap();
+    let setup = PluginSetup::of(
+        cluster.dir.path(),
+        "shard-recorder",
+        "[plugins.shard-recorder]\nsettings = { reconcile = 1, fail_first = 1 }\n\
+         [plugins.shard-recorder.grants]\nread = [\"v1/ConfigMap\"]\n",
+    );
+    let plugin_file = setup.plugins.join("shard-recorder.wasm");
+    let log: PathBuf = cluster.dir.path().join("deliveries.jsonl");
+    let mut replicas: BTreeMap<&str, Host> = ["r0", "r1", "r2"]
+        .into_iter()
+        .map(|identity| (identity, replica(identity, &cluster, &setup, &log)))
+        .collect();
+    for host in replicas.values() {
+        wait_for_ring(host, &["r0", "r1", "r2"]);
+    }
+    // Every tenth key fails its first reconcile on each replica that owns it.
+    let name = |index: usize| match index % 10 {
+        0 => format!("cm-{index}-flaky"),
+        _ => format!("cm-{index}"),
+    };
+    let key = |index: usize| format!("{}/{}", cluster.namespace, name(index));
+    // Whether every key has been reconciled by its owner in `ring` since line `from`.
+    let succeeded = |ring: &Ring, from: usize| {
+        let all = deliveries(&log);
+        (0..RECONCILED).all(|index| {
+            let key = key(index);
+            let owner = ring.owner(&key).unwrap();
+            all[from.min(all.len())..]
+                .iter()
+                .any(|d| d.key == key && d.replica == owner && d.ok)
+        })
+    };
+    for index in 0..RECONCILED {
+        write_named(&cluster, &name(index), 0).await;
+    }
+    let three = ring(&plugin_file, &["r0", "r1", "r2"]);
+    wait_until("every key reconciled by its owner", || {
+        succeeded(&three, 0).then_some(())
+    });
+    for delivery in deliveries(&log) {
+        assert_eq!(
+            three.owner(&delivery.key),
+            Some(delivery.replica.as_str()),
+            "retries stay with the owner: {delivery:?}"
+        );
+    }
+    let failed: BTreeSet<String> = deliveries(&log)
+        .into_iter()
+        .filter(|d| !d.ok)
+        .map(|d| d.key)
+        .collect();
+    let flaky: BTreeSet<String> = (0..RECONCILED).step_by(10).map(key).collect();
+    assert_eq!(failed, flaky, "the flaky keys failed once and were retried");
+
+    drop(replicas.remove("r2"));
+    for host in replicas.values() {
+        wait_for_ring(host, &["r0", "r1"]);
+    }
+    let before_updates = deliveries(&log).len();
+    for index in 0..RECONCILED {
+        write_named(&cluster, &name(index), 1).await;
+    }
+    let two = ring(&plugin_file, &["r0", "r1"]);
+    wait_until("every key reconciled again by its new owner", || {
+        succeeded(&two, before_updates).then_some(())
+    });
+    assert_no_overlap(&deliveries(&log), 1);
 }
