@@ -35,7 +35,9 @@ use crate::local_api;
 use crate::metrics::{InformerCollector, PluginCollector, ScanCollector, informer_health};
 use crate::plugins::{DirConfig, Hints, PluginDir, PluginHost, Resolve, Resolver, watch};
 use crate::sharding;
-use crate::sharding::{FencedWriter, LeaseClock, ShardMetrics, ShardingSetup};
+use crate::sharding::{
+    FencedWriter, LeaseClock, SHARDING_CHECK, ShardMetrics, ShardStatus, ShardingSetup,
+};
 use crate::signals::stop_on_signals;
 use crate::writer::LocalWriter;
 
@@ -80,6 +82,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     // see a subset of them pass.
     for check in [cluster_check, PLUGINS_CHECK] {
         readiness.set(check, false);
+    }
+    if args.sharding.sharding {
+        readiness.set(SHARDING_CHECK, false);
     }
     let mut local_api = None;
     let cluster = match &args.cluster.local {
@@ -176,10 +181,12 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     registry.register_collector(Box::new(PluginCollector::new(host.clone())));
 
     let reports = host.clone();
+    let shard_status = ShardStatus::default();
+    let shards = sharded.then(|| shard_status.clone());
     let state = HttpState {
         readiness: readiness.clone(),
         registry: Arc::new(registry),
-        plugins: Arc::new(move || serde_json::to_value(reports.reports()).unwrap_or_default()),
+        plugins: Arc::new(move || plugins_json(&reports, shards.as_ref())),
         health_notes: {
             let factory = factory.clone();
             Arc::new(move || informer_health(&factory))
@@ -231,6 +238,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
                 setup,
                 lease_clock,
                 metrics,
+                (shard_status, readiness.clone()),
             )?)
         }
         _ => None,
@@ -286,6 +294,35 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     info!("stopped");
     Ok(())
+}
+
+/// `/plugins`: every plugin file's report, with its share of the keys when the replica is
+/// sharded (`shard`: the ring, its members, this replica's keys).
+fn plugins_json(host: &PluginHost, shards: Option<&ShardStatus>) -> serde_json::Value {
+    let mut reports = serde_json::to_value(host.reports()).unwrap_or_default();
+    let Some(shards) = shards else {
+        return reports;
+    };
+    let shards = shards.lock().expect("shard status poisoned").clone();
+    for report in reports.as_array_mut().into_iter().flatten() {
+        let share = report["name"]
+            .as_str()
+            .and_then(|name| shards.plugins.get(name));
+        if let (Some(share), Some(object)) = (share, report.as_object_mut()) {
+            let shard = serde_json::json!({
+                "ring": shards.ring,
+                "identity": shards.identity,
+                "lease_valid": shards.lease_valid,
+                "members": shards.members,
+                "ring_version": share.ring_version,
+                "ring_members": share.ring_members,
+                "keys_owned": share.keys_owned,
+                "handing_over": share.handing_over,
+            });
+            object.insert("shard".to_owned(), shard);
+        }
+    }
+    reports
 }
 
 /// The readiness check of the plugins; see [`crate::plugins::StartReadiness`].

@@ -32,6 +32,7 @@ use tracing::{debug, info, warn};
 pub(crate) use fence::{FencedWriter, LeaseClock};
 
 use crate::cli::ShardingArgs;
+use crate::http::Readiness;
 use crate::kube_writer::reporting_instance;
 use crate::plugins::PluginHost;
 
@@ -138,6 +139,42 @@ impl ShardMetrics {
     }
 }
 
+/// The readiness check of a sharded replica: passes while its Lease is valid, with the
+/// ring's members and each plugin's share as notes.
+pub(crate) const SHARDING_CHECK: &str = "sharding";
+
+/// What a sharded replica reports of itself in `/plugins` and `/readyz?verbose`; written by
+/// the coordinator alone.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub(crate) struct ShardReport {
+    /// The ring's name.
+    pub(crate) ring: String,
+    /// This replica's name in it.
+    pub(crate) identity: String,
+    /// Whether its Lease is valid: it delivers only while it is.
+    pub(crate) lease_valid: bool,
+    /// The live members it sees.
+    pub(crate) members: Vec<String>,
+    /// Per plugin.
+    pub(crate) plugins: BTreeMap<String, PluginShareReport>,
+}
+
+/// One plugin's share on this replica.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub(crate) struct PluginShareReport {
+    /// The ring version of its last completed handover.
+    pub(crate) ring_version: Option<String>,
+    /// That ring's members.
+    pub(crate) ring_members: Vec<String>,
+    /// Cached keys this replica delivers, as of that handover.
+    pub(crate) keys_owned: usize,
+    /// A handover is in progress: the replica delivers only keys it keeps.
+    pub(crate) handing_over: bool,
+}
+
+/// The report the coordinator keeps current.
+pub(crate) type ShardStatus = Arc<std::sync::Mutex<ShardReport>>;
+
 /// The running coordinator.
 pub(crate) struct Sharding {
     cancel: CancellationToken,
@@ -162,6 +199,7 @@ pub(crate) fn join(
     setup: ShardingSetup,
     clock: LeaseClock,
     metrics: ShardMetrics,
+    observed: (ShardStatus, Readiness),
 ) -> anyhow::Result<Sharding> {
     let leases = Resource::new("coordination.k8s.io", "v1", "Lease", "leases", true);
     let key = InformerKey {
@@ -181,7 +219,19 @@ pub(crate) fn join(
     );
     info!(ring = %setup.ring, identity = %setup.identity, lease = %format!("{}/{}", setup.namespace, own.name()), "sharding");
     let cancel = CancellationToken::new();
+    let (status, readiness) = observed;
+    {
+        let mut report = status.lock().expect("shard status poisoned");
+        report.ring = setup.ring.clone();
+        report.identity = setup.identity.clone();
+    }
+    readiness.fail(
+        SHARDING_CHECK,
+        "this replica's Lease has not been written yet".to_owned(),
+    );
     let coordinator = Coordinator {
+        status,
+        readiness,
         member: setup.identity.clone(),
         setup,
         host,
@@ -223,6 +273,8 @@ struct Coordinator {
     next_renewal: Instant,
     /// `served` changed since the last successful write.
     dirty: bool,
+    status: ShardStatus,
+    readiness: Readiness,
 }
 
 /// What the coordinator is doing between steps.
@@ -240,6 +292,7 @@ impl Coordinator {
         let mut state = State::Fenced;
         loop {
             state = self.step(state).await;
+            self.report(&state);
             let wake = self.next_wake();
             tokio::select! {
                 biased;
@@ -285,6 +338,54 @@ impl Coordinator {
                 State::Member
             }
             (state, _) => state,
+        }
+    }
+
+    /// Publishes the replica's view for `/plugins`, and its readiness.
+    fn report(&self, state: &State) {
+        let live: Vec<String> = self
+            .membership
+            .live(Instant::now().into_std())
+            .iter()
+            .filter_map(|lease| lease.member().map(str::to_owned))
+            .collect();
+        let mut report = self.status.lock().expect("shard status poisoned");
+        report.lease_valid = matches!(state, State::Member);
+        report.members = live;
+        report
+            .plugins
+            .retain(|plugin, _| self.shards.contains_key(plugin));
+        for (plugin, shard) in &self.shards {
+            let entry = report.plugins.entry(plugin.clone()).or_default();
+            entry.handing_over = shard.handing_over();
+        }
+        let notes: Vec<String> = report
+            .plugins
+            .iter()
+            .map(|(plugin, share)| {
+                format!(
+                    "{plugin}: ring {} of {:?}, {} keys{}",
+                    share.ring_version.as_deref().unwrap_or("none"),
+                    share.ring_members,
+                    share.keys_owned,
+                    if share.handing_over {
+                        ", handing over"
+                    } else {
+                        ""
+                    }
+                )
+            })
+            .collect();
+        let members = format!("ring {} members {:?}", report.ring, report.members);
+        drop(report);
+        match state {
+            State::Member => self
+                .readiness
+                .ready_with_notes(SHARDING_CHECK, std::iter::once(members).chain(notes).collect()),
+            State::Fenced => self.readiness.fail(
+                SHARDING_CHECK,
+                "this replica's Lease is not valid (not renewed in time, or not yet written): it delivers nothing".to_owned(),
+            ),
         }
     }
 
@@ -393,6 +494,17 @@ impl Coordinator {
             .host
             .replay(plugin, &|key| owned.owns(key) && !previous.owns(key));
         let keys = self.host.count_keys(plugin, &|key| owned.owns(key));
+        if let Some(share) = self
+            .status
+            .lock()
+            .expect("shard status poisoned")
+            .plugins
+            .get_mut(plugin)
+        {
+            share.ring_version = owned.ring().map(|ring| ring.version().to_string());
+            share.ring_members = members.clone();
+            share.keys_owned = keys;
+        }
         self.metrics
             .keys_owned
             .get_or_create(&vec![("plugin".to_owned(), plugin.to_owned())])

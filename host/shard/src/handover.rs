@@ -116,6 +116,11 @@ impl PluginShard {
         }
     }
 
+    /// Whether a handover is in progress: rings narrowed to since the last one completed.
+    pub fn handing_over(&self) -> bool {
+        !self.narrowed.is_empty()
+    }
+
     /// The next step, from the live member Leases (this replica's own among them once it is
     /// observed).
     pub fn step(&mut self, live: &[&MemberLease]) -> Step {

@@ -252,6 +252,19 @@ async fn shard_three_replicas_share_the_keys_and_hand_over_without_overlap(serve
     for host in replicas.values() {
         wait_for_ring(host, &["r0", "r1", "r2"]);
     }
+    let r0 = &replicas["r0"];
+    let ready = r0.wait_for("/readyz?verbose", |status, _| status == 200);
+    assert!(ready.contains("[+]sharding ok"), "{ready}");
+    let (_, plugins) = r0.get("/plugins");
+    let plugins: serde_json::Value = serde_json::from_str(&plugins).unwrap();
+    let shard = &plugins[0]["shard"];
+    assert_eq!(shard["identity"], "r0", "{plugins}");
+    assert_eq!(shard["lease_valid"], true, "{plugins}");
+    assert_eq!(shard["members"], json!(["r0", "r1", "r2"]), "{plugins}");
+    assert_eq!(shard["ring_members"], json!(["r0", "r1", "r2"]), "{plugins}");
+    let (_, metrics) = r0.get("/metrics");
+    assert!(metrics.contains("kubeplug_shard_members 3"), "{metrics}");
+    assert!(metrics.contains("kubeplug_shard_handovers_total"), "{metrics}");
 
     // Steady state: every key delivered by exactly its owner, shares within ±15 % of even.
     let key = |index: usize| format!("{}/cm-{index}", cluster.namespace);
