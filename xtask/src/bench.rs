@@ -198,6 +198,18 @@ pub const SCENARIOS: &[Scenario] = &[
         features: &[],
     },
     Scenario {
+        name: "shard",
+        package: "kubeplug",
+        bench: "shard",
+        kind: Kind::Bench,
+        one_core: false,
+        quick: &[
+            ("KUBEPLUG_BENCH_SHARD_TRIALS", "3"),
+            ("KUBEPLUG_BENCH_SHARD_OBJECTS", "300"),
+        ],
+        features: &[],
+    },
+    Scenario {
         name: "hot-swap",
         package: "kubeplug",
         bench: "kubeplug",

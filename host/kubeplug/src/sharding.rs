@@ -245,6 +245,7 @@ pub(crate) fn join(
         narrowing_since: BTreeMap::new(),
         next_renewal: Instant::now(),
         dirty: true,
+        versions: BTreeMap::new(),
     };
     let stop = cancel.clone();
     let task = tokio::spawn(async move {
@@ -273,6 +274,9 @@ struct Coordinator {
     next_renewal: Instant,
     /// `served` changed since the last successful write.
     dirty: bool,
+    /// The resourceVersion of each ring Lease observed, by name: a stale one is deleted only
+    /// if it is still at that version.
+    versions: BTreeMap<String, String>,
     status: ShardStatus,
     readiness: Readiness,
 }
@@ -301,9 +305,16 @@ impl Coordinator {
                     let Some(batch) = batch else { break };
                     let now = Instant::now().into_std();
                     for notification in batch.iter() {
+                        let object = notification.object();
                         match notification {
-                            Notification::Delete { object, .. } => self.membership.remove(object.name()),
-                            other => self.membership.observe(lease::member_lease(other.object()), now),
+                            Notification::Delete { .. } => {
+                                self.membership.remove(object.name());
+                                self.versions.remove(object.name());
+                            }
+                            _ => {
+                                self.versions.insert(object.name().to_owned(), object.resource_version_text().into_owned());
+                                self.membership.observe(lease::member_lease(object), now);
+                            }
                         }
                     }
                 }
@@ -332,12 +343,50 @@ impl Coordinator {
         if self.dirty || Instant::now() >= self.next_renewal {
             self.renew().await;
         }
+        if matches!(state, State::Member) {
+            self.delete_stale().await;
+        }
         match (state, self.clock.valid()) {
             (State::Fenced, true) => {
                 info!(identity = %self.member, "this replica's Lease is valid: it takes part in the ring");
                 State::Member
             }
             (state, _) => state,
+        }
+    }
+
+    /// Deletes the Leases of members dead for a lease duration past their expiry, so that
+    /// they do not pile up as pods come and go, and a replica joining later need not wait for
+    /// them to expire in its eyes. Safe: a member dead in this replica's eyes stopped
+    /// delivering at its renew deadline, long before.
+    async fn delete_stale(&mut self) {
+        let now = Instant::now().into_std();
+        let stale: Vec<(String, String)> = self
+            .membership
+            .stale(now, self.setup.durations.lease_duration)
+            .iter()
+            .filter(|lease| lease.name != self.own.name())
+            .filter_map(|lease| Some((lease.name.clone(), self.versions.get(&lease.name)?.clone())))
+            .collect();
+        for (name, version) in stale {
+            let deleted = tokio::time::timeout(
+                self.setup.durations.retry_period,
+                lease::delete_stale(self.own.api(), &name, &version),
+            )
+            .await;
+            match deleted {
+                Ok(Ok(())) => {
+                    info!(lease = %name, "deleted the Lease of a member dead for long");
+                    self.membership.remove(&name);
+                    self.versions.remove(&name);
+                }
+                Ok(Err(error)) => {
+                    warn!(%error, lease = %name, "cannot delete a dead member's Lease")
+                }
+                Err(_) => {
+                    warn!(lease = %name, "deleting a dead member's Lease did not finish in time")
+                }
+            }
         }
     }
 

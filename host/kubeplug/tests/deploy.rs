@@ -578,3 +578,70 @@ fn rbac_yaml_is_what_kubeplug_rbac_prints_for_the_example_plugins() {
         );
     }
 }
+
+/// The sharded overlay (issue 26): it replaces the base Deployment's `--leader-elect` (at the
+/// index its patch names) with `--sharding`, runs three replicas with the Leases in the pod's
+/// namespace, and adds the Role `kubeplug rbac --sharding` prints.
+#[test]
+fn the_sharded_overlay_switches_the_deployment_to_sharding_with_its_role() {
+    let overlay = deploy_dir().join("sharded");
+    let kustomization = documents(
+        &std::fs::read_to_string(overlay.join("kustomization.yaml")).unwrap(),
+        "sharded/kustomization.yaml",
+    );
+    let kustomization = &kustomization[0];
+    assert_eq!(
+        kustomization["resources"],
+        serde_json::json!(["..", "rbac-sharding.yaml"])
+    );
+    let patch = kustomization["patches"][0]["patch"].as_str().unwrap();
+    let operations: Vec<Value> = documents(patch, "sharded patch")[0]
+        .as_array()
+        .unwrap()
+        .clone();
+    let base = &manifest("deployment.yaml")[0];
+    let mut args_replaced = false;
+    for operation in &operations {
+        let path = operation["path"].as_str().unwrap();
+        match path {
+            "/spec/replicas" => assert_eq!(operation["value"], 3),
+            "/spec/template/spec/containers/0/args/5" => {
+                assert_eq!(
+                    base["spec"]["template"]["spec"]["containers"][0]["args"][5], "--leader-elect",
+                    "the patch replaces the base's --leader-elect"
+                );
+                assert_eq!(operation["value"], "--sharding");
+                args_replaced = true;
+            }
+            "/spec/template/spec/containers/0/env/-" => {
+                assert_eq!(operation["value"]["name"], "KUBEPLUG_SHARDING_NAMESPACE");
+            }
+            other => panic!("unexpected patch of {other}"),
+        }
+    }
+    assert!(args_replaced);
+
+    let committed = documents(
+        &std::fs::read_to_string(overlay.join("rbac-sharding.yaml")).unwrap(),
+        "sharded/rbac-sharding.yaml",
+    );
+    for (i, document) in committed.iter().enumerate() {
+        check_typed(document, &format!("rbac-sharding.yaml, document {}", i + 1));
+    }
+    let plugins = built_example_plugins();
+    let output = Command::new(env!("CARGO_BIN_EXE_kubeplug"))
+        .args(["rbac", "--plugins"])
+        .arg(plugins.path())
+        .args(["--config", "examples/kubeplug.toml", "--sharding"])
+        .args(["--metrics-secure=false"])
+        .current_dir(repository())
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let printed: Vec<Value> =
+        documents(&String::from_utf8(output.stdout).unwrap(), "kubeplug rbac")
+            .into_iter()
+            .filter(|document| document["metadata"]["name"] == "kubeplug-sharding")
+            .collect();
+    assert_eq!(committed, printed);
+}

@@ -173,6 +173,20 @@ impl Membership {
             .collect()
     }
 
+    /// The Leases that have not changed for `grace` past their duration (a released one
+    /// counts from when it was released): members long dead, whose Leases may be deleted so
+    /// that a replica joining later does not wait a lease duration for them to expire in its
+    /// own eyes.
+    pub fn stale(&self, now: Instant, grace: Duration) -> Vec<&MemberLease> {
+        self.leases
+            .values()
+            .filter(|(lease, changed)| {
+                now.saturating_duration_since(*changed) >= lease.duration + grace
+            })
+            .map(|(lease, _)| lease)
+            .collect()
+    }
+
     /// When the next live Lease expires unless it changes first: the moment to look again.
     pub fn next_expiry(&self, now: Instant) -> Option<Instant> {
         self.leases

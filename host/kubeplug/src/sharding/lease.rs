@@ -8,7 +8,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kubeplug_informer::object::Object;
 use kubeplug_shard::{
     MemberLease, MembershipError, PLUGINS_ANNOTATION, RING_LABEL, Served, read_plugins,
@@ -45,6 +45,11 @@ impl OwnLease {
     /// The Lease's name.
     pub(crate) fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The Leases of its namespace.
+    pub(crate) fn api(&self) -> &Api<Lease> {
+        &self.api
     }
 
     /// Writes the Lease as held now, listing `plugins`: creates it, renews it, or takes it
@@ -90,6 +95,28 @@ impl OwnLease {
             .delete(&self.name, &DeleteParams::default())
             .await
             .map(drop)
+    }
+}
+
+/// Deletes the ring member's Lease `name` if it is still at `resource_version`: a member
+/// dead for long, whose Lease no one renews. Another replica deleting it first, or its holder
+/// renewing it meanwhile, is no error.
+pub(crate) async fn delete_stale(
+    api: &Api<Lease>,
+    name: &str,
+    resource_version: &str,
+) -> Result<(), kube::Error> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            resource_version: Some(resource_version.to_owned()),
+            uid: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => Ok(()),
+        Err(error) => Err(error),
     }
 }
 

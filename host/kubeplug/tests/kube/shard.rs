@@ -261,10 +261,17 @@ async fn shard_three_replicas_share_the_keys_and_hand_over_without_overlap(serve
     assert_eq!(shard["identity"], "r0", "{plugins}");
     assert_eq!(shard["lease_valid"], true, "{plugins}");
     assert_eq!(shard["members"], json!(["r0", "r1", "r2"]), "{plugins}");
-    assert_eq!(shard["ring_members"], json!(["r0", "r1", "r2"]), "{plugins}");
+    assert_eq!(
+        shard["ring_members"],
+        json!(["r0", "r1", "r2"]),
+        "{plugins}"
+    );
     let (_, metrics) = r0.get("/metrics");
     assert!(metrics.contains("kubeplug_shard_members 3"), "{metrics}");
-    assert!(metrics.contains("kubeplug_shard_handovers_total"), "{metrics}");
+    assert!(
+        metrics.contains("kubeplug_shard_handovers_total"),
+        "{metrics}"
+    );
 
     // Steady state: every key delivered by exactly its owner, shares within ±15 % of even.
     let key = |index: usize| format!("{}/cm-{index}", cluster.namespace);

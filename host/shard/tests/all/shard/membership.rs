@@ -46,6 +46,16 @@ fn a_lease_lives_while_it_is_seen_to_change_within_its_duration() {
         Some(later + Duration::from_secs(15))
     );
     assert!(names(&membership, later + Duration::from_secs(15)).is_empty());
+    let stale = |at: Instant| -> Vec<String> {
+        membership
+            .stale(at, Duration::from_secs(5))
+            .iter()
+            .map(|lease| lease.name.clone())
+            .collect()
+    };
+    assert_eq!(stale(start + Duration::from_secs(19)), Vec::<String>::new());
+    assert_eq!(stale(start + Duration::from_secs(20)), ["ring-b"]);
+    assert_eq!(stale(later + Duration::from_secs(20)), ["ring-a", "ring-b"]);
 }
 
 #[test]
