@@ -192,7 +192,11 @@ fn throughput(run: Run, server: &FakeApiServer, kubeconfig: &Path, dir: &Path) {
         poll("every object delivered", || {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             first.clear();
-            for line in text.lines() {
+            // A line the replicas are still writing has no newline yet.
+            for line in text
+                .split_inclusive('\n')
+                .filter(|line| line.ends_with('\n'))
+            {
                 let line: serde_json::Value = serde_json::from_str(line).unwrap();
                 let key = line["key"].as_str().unwrap_or_default();
                 if key.starts_with("bench/load-") && !first.contains_key(key) {
