@@ -290,17 +290,28 @@ async fn shard_three_replicas_share_the_keys_and_hand_over_without_overlap(serve
     });
     let three = ring(&plugin_file, &["r0", "r1", "r2"]);
     let steady = deliveries(&log);
-    let mut shares: BTreeMap<String, usize> = BTreeMap::new();
+    // Keys, not deliveries: an object can be delivered twice (a relist's update).
+    let mut owned: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for delivery in &steady {
         assert_eq!(
             three.owner(&delivery.key),
             Some(delivery.replica.as_str()),
             "{delivery:?}"
         );
-        *shares.entry(delivery.replica.clone()).or_default() += 1;
+        owned
+            .entry(delivery.replica.clone())
+            .or_default()
+            .insert(delivery.key.clone());
     }
+    let shares: BTreeMap<String, usize> = owned
+        .into_iter()
+        .map(|(replica, keys)| (replica, keys.len()))
+        .collect();
     eprintln!("steady state, deliveries per replica: {shares:?}");
-    for (replica, count) in &shares {
+    // The bound holds for fixed keys: the fake server's namespace is fixed, the real one's is
+    // made per run, so there the shares are printed only.
+    let bounded = matches!(server, Server::Fake);
+    for (replica, count) in shares.iter().filter(|_| bounded) {
         let share = *count as f64 / KEYS as f64;
         assert!(
             (share - 1.0 / 3.0).abs() <= 0.15 / 3.0,
