@@ -93,6 +93,17 @@ impl KeyShare {
     pub fn owns(&self, key: &str) -> bool {
         self.0.as_ref().is_none_or(|owns| owns(key))
     }
+
+    /// Whether every key is delivered: drivers then skip the checks.
+    pub(crate) fn is_all(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// Whether the work-queue key `target` is delivered; its text is built only when a
+    /// share is in force.
+    pub(crate) fn owns_target(&self, target: &crate::ObjectRef) -> bool {
+        self.0.as_ref().is_none_or(|owns| owns(&target.key()))
+    }
 }
 
 impl fmt::Debug for KeyShare {

@@ -186,7 +186,6 @@ async fn deliver(
         }
         let started = SystemTime::now();
         let result = attempt(version, &events).await;
-        drop(call);
         plugin.observe(None, || CallRecord::Delivered {
             keys: notifications
                 .iter()
@@ -223,6 +222,8 @@ async fn deliver(
                     quarantine(plugin, receivers, pause, &error);
                     break;
                 }
+                // The call and its bookkeeping are over; the back-off is no call in flight.
+                drop(call);
                 if round < limits.attempts {
                     tokio::select! {
                         () = tokio::time::sleep(backoff.next_delay()) => {}
@@ -250,6 +251,9 @@ fn keep_owned(
     notifications: &mut Vec<&Notification>,
     events: &mut Vec<wit::Event>,
 ) {
+    if share.is_all() {
+        return;
+    }
     let owned: Vec<bool> = notifications
         .iter()
         .map(|n| share.owns(n.key().as_str()))

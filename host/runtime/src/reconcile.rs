@@ -93,7 +93,7 @@ pub fn drive_reconcile(
             let _call = call;
             match current {
                 // Another replica owns the key now; its back-off stays here, forgotten.
-                Some(_) if !share.owns(&target.key()) => Outcome::Done,
+                Some(_) if !share.owns_target(&target) => Outcome::Done,
                 Some(plugin) => {
                     let span =
                         tracing::debug_span!("reconcile", plugin = plugin.name(), key = %target);
@@ -155,7 +155,7 @@ async fn feed(
         let spec = &plugin.description().subscriptions[index];
         let share = follower.share();
         let add = |key: ObjectRef| {
-            if share.owns(&key.key()) {
+            if share.owns_target(&key) {
                 queue.add(key);
             }
         };
