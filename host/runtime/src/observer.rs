@@ -86,7 +86,8 @@ pub enum CallRecord {
         outcome: Outcome<String>,
     },
     /// A `handle-events` or `reconcile` call ended: what it delivered and when it ran, for a
-    /// record of deliveries (`kubeplug run --delivery-log`).
+    /// record of deliveries (`kubeplug run --delivery-log`). A record about the call, not one
+    /// made in it: its [`Observed::during`] is `None`.
     Delivered {
         /// Each event's key and the resourceVersion of the object it carried, in order; for
         /// a reconcile, its key and an empty version.

@@ -227,14 +227,13 @@ async fn reconcile_one(version: &Version, target: ObjectRef) -> Outcome<String> 
     let call = version.plugin.reconcile_call(&target);
     let started = SystemTime::now();
     let outcome = call_reconcile(version, &target, call.clone()).await;
-    version
-        .plugin
-        .observe(call.clone(), || CallRecord::Delivered {
-            keys: vec![(target.key(), String::new())],
-            started,
-            ended: SystemTime::now(),
-            ok: !matches!(outcome, Outcome::Error(_)),
-        });
+    // About the call, not made in it: untagged, as for handle-events.
+    version.plugin.observe(None, || CallRecord::Delivered {
+        keys: vec![(target.key(), String::new())],
+        started,
+        ended: SystemTime::now(),
+        ok: !matches!(outcome, Outcome::Error(_)),
+    });
     match &outcome {
         Outcome::Done => tracing::debug!(plugin, key = %target, result = "done", "reconciled"),
         Outcome::RequeueAfter(delay) => tracing::debug!(
