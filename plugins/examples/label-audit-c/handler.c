@@ -150,23 +150,3 @@ bool exports_kubeplug_plugin_handler_handle_events(exports_kubeplug_plugin_handl
   exports_kubeplug_plugin_handler_list_event_free(batch);
   return ok;
 }
-
-void exports_kubeplug_plugin_handler_reconcile(exports_kubeplug_plugin_handler_gvk_t *resource_type,
-                                               plugin_string_t *maybe_namespace,
-                                               plugin_string_t *name,
-                                               exports_kubeplug_plugin_handler_reconcile_result_t *ret) {
-  // Events mode only: the host never calls this; answer like the Rust SDK's default.
-  exports_kubeplug_plugin_handler_gvk_free(resource_type);
-  if (maybe_namespace != NULL) {
-    plugin_string_free(maybe_namespace);
-  }
-  plugin_string_free(name);
-  ret->tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_RECONCILE_RESULT_DONE;
-}
-
-void exports_kubeplug_plugin_handler_map_event(exports_kubeplug_plugin_handler_event_t *event,
-                                               exports_kubeplug_plugin_handler_list_object_ref_t *ret) {
-  exports_kubeplug_plugin_handler_event_free(event);
-  ret->ptr = NULL;
-  ret->len = 0;
-}

@@ -142,13 +142,6 @@ static char *read_pods(kubeplug_plugin_cache_gvk_t *pods, plugin_string_t *maybe
   return problem;
 }
 
-bool exports_kubeplug_plugin_handler_handle_events(exports_kubeplug_plugin_handler_list_event_t *batch,
-                                                   plugin_string_t *err) {
-  // Reconcile mode only: the host never calls this.
-  exports_kubeplug_plugin_handler_list_event_free(batch);
-  return true;
-}
-
 void exports_kubeplug_plugin_handler_reconcile(exports_kubeplug_plugin_handler_gvk_t *resource_type,
                                                plugin_string_t *maybe_namespace,
                                                plugin_string_t *name,
@@ -171,11 +164,4 @@ void exports_kubeplug_plugin_handler_reconcile(exports_kubeplug_plugin_handler_g
     plugin_string_free(maybe_namespace);
   }
   plugin_string_free(name);
-}
-
-void exports_kubeplug_plugin_handler_map_event(exports_kubeplug_plugin_handler_event_t *event,
-                                               exports_kubeplug_plugin_handler_list_object_ref_t *ret) {
-  exports_kubeplug_plugin_handler_event_free(event);
-  ret->ptr = NULL;
-  ret->len = 0;
 }

@@ -1,7 +1,7 @@
 // Test guest for the C SDK's settings reader: `init` reads a setting of every kind, and
 // `describe` reports what it read in its version, `c<count>.n<names>.v<verbose>-g<bytes>`,
 // the last the greeting's length in UTF-8 (defaults: count 7, no names, not verbose, no
-// greeting).
+// greeting). It defines no other export: the SDK's weak defaults are linked in their place.
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,29 +44,4 @@ void exports_kubeplug_plugin_handler_describe(exports_kubeplug_plugin_handler_de
   ret->subscriptions.ptr[0].resource_type = kp_gvk("", "v1", "ConfigMap");
   ret->subscriptions.ptr[0].enqueue.tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_KEY_MAPPING_OWN_KEY;
   ret->delivery.tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_DELIVERY_EVENTS;
-}
-
-bool exports_kubeplug_plugin_handler_handle_events(exports_kubeplug_plugin_handler_list_event_t *batch,
-                                                   plugin_string_t *err) {
-  exports_kubeplug_plugin_handler_list_event_free(batch);
-  return true;
-}
-
-void exports_kubeplug_plugin_handler_reconcile(exports_kubeplug_plugin_handler_gvk_t *resource_type,
-                                               plugin_string_t *maybe_namespace,
-                                               plugin_string_t *name,
-                                               exports_kubeplug_plugin_handler_reconcile_result_t *ret) {
-  exports_kubeplug_plugin_handler_gvk_free(resource_type);
-  if (maybe_namespace != NULL) {
-    plugin_string_free(maybe_namespace);
-  }
-  plugin_string_free(name);
-  ret->tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_RECONCILE_RESULT_DONE;
-}
-
-void exports_kubeplug_plugin_handler_map_event(exports_kubeplug_plugin_handler_event_t *event,
-                                               exports_kubeplug_plugin_handler_list_object_ref_t *ret) {
-  exports_kubeplug_plugin_handler_event_free(event);
-  ret->ptr = NULL;
-  ret->len = 0;
 }

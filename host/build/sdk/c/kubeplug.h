@@ -103,6 +103,12 @@ const char *kp_error_name(const kubeplug_plugin_types_error_t *error);
 // The message every case carries.
 const plugin_string_t *kp_error_message(const kubeplug_plugin_types_error_t *error);
 
+// ---- Default exports ----
+// The SDK defines `handle_events`, `reconcile` and `map_event` weakly, so a plugin defines
+// only `init`, `describe` and what its mode calls: events mode `handle_events`; reconcile
+// mode `reconcile`, and `map_event` when a subscription's keys are computed. The defaults
+// free their arguments and answer as the Rust SDK's do: a batch handled, a key done, no keys.
+
 // ---- Settings ----
 
 // A list of malloc'd, NUL-terminated strings (the list malloc'd too).

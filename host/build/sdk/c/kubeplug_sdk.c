@@ -1,6 +1,7 @@
-// kubeplug's C SDK (see kubeplug.h): string, object, log, metric and error helpers, and a
-// small JSON reader for the settings document that checks the structure of the whole
-// document (strings strictly, numbers loosely), keeps the keys asked for and skips the rest.
+// kubeplug's C SDK (see kubeplug.h): string, object, log, metric and error helpers, default
+// definitions of the exports a plugin's mode never calls, and a small JSON reader for the
+// settings document that checks the structure of the whole document (strings strictly,
+// numbers loosely), keeps the keys asked for and skips the rest.
 
 #include "kubeplug.h"
 
@@ -231,6 +232,36 @@ const char *kp_error_name(const kubeplug_plugin_types_error_t *error) {
 // Every case of `error` carries one string, at the same place.
 const plugin_string_t *kp_error_message(const kubeplug_plugin_types_error_t *error) {
   return &error->val.not_found;
+}
+
+// ---- Default exports ----
+// Weak, so a plugin's own definition wins at link time: a plugin defines `init`, `describe`
+// and what its mode calls, as with the Rust SDK's trait defaults. Each frees its arguments
+// and answers as the Rust SDK's default does.
+
+__attribute__((weak)) bool exports_kubeplug_plugin_handler_handle_events(
+    exports_kubeplug_plugin_handler_list_event_t *batch, plugin_string_t *err) {
+  exports_kubeplug_plugin_handler_list_event_free(batch);
+  return true;
+}
+
+__attribute__((weak)) void exports_kubeplug_plugin_handler_reconcile(
+    exports_kubeplug_plugin_handler_gvk_t *resource_type, plugin_string_t *maybe_namespace,
+    plugin_string_t *name, exports_kubeplug_plugin_handler_reconcile_result_t *ret) {
+  exports_kubeplug_plugin_handler_gvk_free(resource_type);
+  if (maybe_namespace != NULL) {
+    plugin_string_free(maybe_namespace);
+  }
+  plugin_string_free(name);
+  ret->tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_RECONCILE_RESULT_DONE;
+}
+
+__attribute__((weak)) void exports_kubeplug_plugin_handler_map_event(
+    exports_kubeplug_plugin_handler_event_t *event,
+    exports_kubeplug_plugin_handler_list_object_ref_t *ret) {
+  exports_kubeplug_plugin_handler_event_free(event);
+  ret->ptr = NULL;
+  ret->len = 0;
 }
 
 // ---- The settings reader ----

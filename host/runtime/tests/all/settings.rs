@@ -148,3 +148,44 @@ async fn the_c_sdk_reads_settings_of_every_kind_and_names_what_is_wrong() -> Res
     }
     Ok(())
 }
+
+/// The C SDK defines `handle_events`, `reconcile` and `map_event` weakly, so a C plugin
+/// writes only the exports its mode calls: `settings-c` defines none of them, links, and
+/// handles its events through the default (each batch taken, none failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_c_sdk_defines_the_exports_a_plugin_leaves_out() -> Result<()> {
+    let server = MemoryServer::new();
+    for name in ["a", "b", "c"] {
+        let object = format!(
+            r#"{{"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {{"namespace": "default", "name": "{name}"}}}}"#
+        );
+        server.create(&config_maps(), &object).unwrap();
+    }
+    let (informer, mut receivers) = informer(&server, config_maps(), 1);
+    let caches = BTreeMap::from([(gvk(&config_maps()), informer.indexer().clone())]);
+    let spec = spec(
+        "settings-c",
+        "{}",
+        caches,
+        Arc::new(NoCluster),
+        Grants::default(),
+        PluginLimits::default(),
+    )?;
+    let plugin = Arc::new(runtime().load(spec).await?);
+    let driver = run_events(plugin.clone(), vec![receivers.remove(0)])?;
+    until("the three ConfigMaps", Duration::from_secs(30), || {
+        plugin.status().events_delivered == 3
+    })
+    .await?;
+    let status = plugin.status();
+    assert_eq!(
+        (status.calls_failed, status.batches_skipped),
+        (0, 0),
+        "{:?}",
+        status.last_error
+    );
+    informer.stop().await;
+    driver.await?;
+    Ok(())
+}

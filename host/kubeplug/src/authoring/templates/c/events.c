@@ -5,11 +5,12 @@
 // `on_event` to act on them. `kubeplug build` builds it; `kubeplug test` replays events.yaml
 // into it.
 //
-// Bindings: `plugin.h`, which `kubeplug build` generates from wit/ with wit-bindgen, and the
-// C SDK's helpers over them, `kubeplug.h` (compiled in by `kubeplug build`). Memory, as they
-// define it: arguments of exported functions belong to us and are freed here; what
-// we return is malloc'd and freed by the bindings once the host has copied it; arguments we
-// pass to imports stay ours.
+// Bindings: `plugin.h`, which `kubeplug build` generates from wit/ with wit-bindgen, and the C
+// SDK's helpers over them, `kubeplug.h` (compiled in by `kubeplug build`; it defines the
+// exports events mode never calls, `reconcile` and `map_event`). Memory, as they define it:
+// arguments of exported functions belong to us and are freed here; what we return is malloc'd
+// and freed by the bindings once the host has copied it; arguments we pass to imports stay
+// ours.
 
 #include <stdlib.h>
 #include <string.h>
@@ -67,24 +68,4 @@ bool exports_kubeplug_plugin_handler_handle_events(exports_kubeplug_plugin_handl
   }
   exports_kubeplug_plugin_handler_list_event_free(batch);
   return ok;
-}
-
-// Events mode only: the host never calls these.
-void exports_kubeplug_plugin_handler_reconcile(exports_kubeplug_plugin_handler_gvk_t *resource_type,
-                                               plugin_string_t *maybe_namespace,
-                                               plugin_string_t *name,
-                                               exports_kubeplug_plugin_handler_reconcile_result_t *ret) {
-  exports_kubeplug_plugin_handler_gvk_free(resource_type);
-  if (maybe_namespace != NULL) {
-    plugin_string_free(maybe_namespace);
-  }
-  plugin_string_free(name);
-  ret->tag = EXPORTS_KUBEPLUG_PLUGIN_HANDLER_RECONCILE_RESULT_DONE;
-}
-
-void exports_kubeplug_plugin_handler_map_event(exports_kubeplug_plugin_handler_event_t *event,
-                                               exports_kubeplug_plugin_handler_list_object_ref_t *ret) {
-  exports_kubeplug_plugin_handler_event_free(event);
-  ret->ptr = NULL;
-  ret->len = 0;
 }

@@ -6,11 +6,13 @@
 // `reconcile` to bring each object to its desired state. `kubeplug build` builds it;
 // `kubeplug test` replays events.yaml into it.
 //
-// Bindings: `plugin.h`, which `kubeplug build` generates from wit/ with wit-bindgen, and the
-// C SDK's helpers over them, `kubeplug.h` (compiled in by `kubeplug build`). Memory, as they
-// define it: arguments of exported functions belong to us and are freed here; what
-// we return is malloc'd and freed by the bindings once the host has copied it; arguments we
-// pass to imports stay ours.
+// Bindings: `plugin.h`, which `kubeplug build` generates from wit/ with wit-bindgen, and the C
+// SDK's helpers over them, `kubeplug.h` (compiled in by `kubeplug build`; it defines
+// `handle_events`, which reconcile mode never calls, and a `map_event` that maps to no keys:
+// define your own when a subscription's keys are computed). Memory, as they define it:
+// arguments of exported functions belong to us and are freed here; what we return is malloc'd
+// and freed by the bindings once the host has copied it; arguments we pass to imports stay
+// ours.
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,18 +81,4 @@ void exports_kubeplug_plugin_handler_reconcile(exports_kubeplug_plugin_handler_g
     plugin_string_free(maybe_namespace);
   }
   plugin_string_free(name);
-}
-
-// Reconcile mode only: the host never calls these.
-bool exports_kubeplug_plugin_handler_handle_events(exports_kubeplug_plugin_handler_list_event_t *batch,
-                                                   plugin_string_t *err) {
-  exports_kubeplug_plugin_handler_list_event_free(batch);
-  return true;
-}
-
-void exports_kubeplug_plugin_handler_map_event(exports_kubeplug_plugin_handler_event_t *event,
-                                               exports_kubeplug_plugin_handler_list_object_ref_t *ret) {
-  exports_kubeplug_plugin_handler_event_free(event);
-  ret->ptr = NULL;
-  ret->len = 0;
 }
