@@ -29,8 +29,9 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use crate::events::View;
-use crate::form::{Answer, Form};
+use crate::form::{Answer, Form, Shape};
 use crate::patch;
+use crate::table::{self, IncludeObject, TableOf};
 use crate::{Shared, lock, reason_for};
 
 type Body = UnsyncBoxBody<Bytes, io::Error>;
@@ -279,22 +280,37 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
                 .headers()
                 .get(header::ACCEPT)
                 .and_then(|v| v.to_str().ok());
+            // A streaming list is answered in objects, even to a table's Accept, as
+            // kube-apiserver v1.32 answers it.
+            let printer = table::printer(&resource.group, &resource.kind)
+                .filter(|_| !is_true(query.get("sendInitialEvents")));
             let negotiated = match lock(&shared.whole_only).contains(&resource) {
                 true => Form::negotiate_whole_only(accept),
-                false => Form::negotiate(accept, answer),
+                false => Form::negotiate(accept, answer, printer.is_some()),
             };
-            let form = match negotiated {
-                Some(form) if method == Method::GET => form,
-                Some(_) => Form::Full,
+            let shape = match negotiated {
+                Some(shape) if method == Method::GET => shape,
+                Some(_) => Shape::Objects(Form::Full),
                 None => {
                     let accept: String = accept.unwrap_or_default().chars().take(200).collect();
                     return error(
                         406,
                         format!(
-                            "the server can answer only application/json, whole or as PartialObjectMetadata; the request accepts {accept:?}"
+                            "the server can answer only application/json: whole, as PartialObjectMetadata, or as a Table for some types; the request accepts {accept:?}"
                         ),
                     );
                 }
+            };
+            let (form, table) = match (shape, printer) {
+                (Shape::Table, Some(printer)) => {
+                    match IncludeObject::parse(query.get("includeObject").map(String::as_str)) {
+                        Ok(include) => (Form::Full, Some(TableOf { printer, include })),
+                        Err(message) => return error(400, message),
+                    }
+                }
+                (Shape::Objects(form), _) => (form, None),
+                // Not negotiated without a printer.
+                (Shape::Table, None) => (Form::Full, None),
             };
             let content_type = request
                 .headers()
@@ -312,6 +328,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
                 storage: &storage,
                 view,
                 form,
+                table,
                 path: &path,
                 query: &query,
             };
@@ -492,6 +509,8 @@ struct Ctx<'a> {
     view: View,
     /// The form of the objects a read answers.
     form: Form,
+    /// A read answered as a table: its rows are made from whole objects.
+    table: Option<TableOf>,
     path: &'a ResourcePath,
     query: &'a BTreeMap<String, String>,
 }
@@ -573,6 +592,14 @@ impl Ctx<'_> {
                 metadata["remainingItemCount"] = json!(remaining);
             }
         }
+        if let Some(table) = self.table {
+            let objects: Vec<Bytes> = page
+                .items
+                .iter()
+                .map(|item| with_kind(self.resource, &self.view.show(item.clone())))
+                .collect();
+            return full(StatusCode::OK, table.table(metadata, true, &objects));
+        }
         let mut out =
             Vec::with_capacity(page.items.iter().map(|i| i.len() + 1).sum::<usize>() + 256);
         let (kind, api_version) = self
@@ -641,13 +668,16 @@ impl Ctx<'_> {
 
     fn get(&self) -> Response<Body> {
         let stored = self.shared.memory.get(self.storage, &self.key());
-        match stored {
-            Some(json) => full(
-                StatusCode::OK,
-                self.form
-                    .object(with_kind(self.resource, &self.view.show(json))),
-            ),
-            None => self.not_found(),
+        let Some(json) = stored else {
+            return self.not_found();
+        };
+        let object = with_kind(self.resource, &self.view.show(json));
+        match self.table {
+            Some(table) => {
+                let metadata = json!({"resourceVersion": table::resource_version(&object)});
+                full(StatusCode::OK, table.table(metadata, true, [&object]))
+            }
+            None => full(StatusCode::OK, self.form.object(object)),
         }
     }
 
@@ -687,6 +717,8 @@ impl Ctx<'_> {
             resource: self.resource.clone(),
             view: self.view,
             form: self.form,
+            table: self.table,
+            columns_sent: false,
             done: false,
         };
         let stream = futures::stream::unfold(body, WatchBody::next_chunk);
@@ -1036,6 +1068,9 @@ struct WatchBody {
     resource: Resource,
     view: View,
     form: Form,
+    /// Events answered as one-row tables, the first with the column definitions.
+    table: Option<TableOf>,
+    columns_sent: bool,
     done: bool,
 }
 
@@ -1047,12 +1082,18 @@ fn aborted() -> io::Error {
 }
 
 impl WatchBody {
-    /// An event's object as the watch answers it.
-    fn shown(&self, object: Bytes) -> Bytes {
-        self.form.object(self.view.show(object))
+    /// An event's object (whole JSON, with `kind` and `apiVersion`) as the watch answers it.
+    fn shown(&mut self, object: Bytes) -> Bytes {
+        let object = self.view.show(object);
+        let Some(table) = self.table else {
+            return self.form.object(object);
+        };
+        let metadata = json!({"resourceVersion": table::resource_version(&object)});
+        let columns = !std::mem::replace(&mut self.columns_sent, true);
+        table.table(metadata, columns, [&object])
     }
 
-    fn line(&self, event: WatchEvent) -> Vec<u8> {
+    fn line(&mut self, event: WatchEvent) -> Vec<u8> {
         let (kind, object): (&str, Bytes) = match event {
             WatchEvent::Added(object) => ("ADDED", self.shown(object)),
             WatchEvent::Modified(object) => ("MODIFIED", self.shown(object)),

@@ -43,7 +43,12 @@ impl Served {
              data: {greeting: hello}\n---\n\
              apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: worker, namespace: default}\n\
              spec: {selector: {matchLabels: {app: worker}}, template: {metadata: {labels: {app: worker}}, \
-             spec: {containers: [{name: w, image: busybox}]}}}\n",
+             spec: {containers: [{name: w, image: busybox}]}}}\n---\n\
+             apiVersion: v1\nkind: Pod\nmetadata: {name: worker-1, namespace: default, \
+             labels: {app.kubernetes.io/name: worker}}\n\
+             spec: {containers: [{name: w, image: busybox}]}\nstatus: {phase: Running, \
+             containerStatuses: [{name: w, image: busybox, ready: false, restartCount: 7, \
+             state: {waiting: {reason: CrashLoopBackOff}}}]}\n",
         )
         .unwrap();
         for name in ["namespace-defaults", "label-audit"] {
@@ -138,6 +143,23 @@ fn kubectl_reads_and_writes_the_local_cluster() {
     let deployments = served.ok(&["get", "deploy"]);
     assert!(deployments.contains("worker"), "{deployments}");
     assert!(!deployments.contains("<unknown>"), "{deployments}");
+    // Tables with the real server's columns, `-o wide`'s when asked.
+    assert!(
+        deployments.starts_with("NAME ") && deployments.contains(" UP-TO-DATE "),
+        "{deployments}"
+    );
+    let pods = served.ok(&["get", "pods", "-o", "wide"]);
+    let pod = pods
+        .lines()
+        .find(|line| line.starts_with("worker-1 "))
+        .unwrap_or_default();
+    let columns: Vec<&str> = pod.split_whitespace().collect();
+    assert_eq!(
+        columns.get(1..4),
+        Some(&["0/1", "CrashLoopBackOff", "7"][..]),
+        "READY, STATUS and RESTARTS of the crash-looping Pod: {pods}"
+    );
+    assert!(pods.contains(" NOMINATED NODE "), "{pods}");
     assert!(
         served
             .ok(&["get", "cm", "web", "-o", "name"])

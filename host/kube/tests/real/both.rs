@@ -53,6 +53,7 @@ on_both_servers!(
     serves_lists_gets_and_watches_as_partial_object_metadata,
     a_metadata_only_informer_caches_metadata_alone,
     an_informer_switches_to_whole_objects_and_back_without_a_lost_or_repeated_event,
+    serves_kubectl_tables_with_the_real_servers_columns_and_cells,
 );
 
 enum Backend {
@@ -157,12 +158,43 @@ impl Cluster {
         self.send(Method::DELETE, &path, None).await;
     }
 
+    /// Serves `resource` on the fake server; the real one serves every built-in type.
+    fn serve(&self, resource: Resource) {
+        if let Backend::Fake { server, .. } = &self.backend {
+            server.serve(resource);
+        }
+    }
+
+    /// Sets part of the status of `name` of `resource` in `namespace`, by merge patch.
+    async fn patch_status(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        status: serde_json::Value,
+    ) {
+        let path = format!("{}/{name}/status", collection(resource, Some(namespace)));
+        let body = serde_json::json!({ "status": status }).to_string();
+        self.send_as(
+            Method::PATCH,
+            &path,
+            Some(body),
+            "application/merge-patch+json",
+        )
+        .await;
+    }
+
     /// An admin request that must succeed.
     async fn send(&self, method: Method, path: &str, body: Option<String>) {
+        self.send_as(method, path, body, "application/json").await;
+    }
+
+    /// An admin request with a body of `content_type` that must succeed.
+    async fn send_as(&self, method: Method, path: &str, body: Option<String>, content_type: &str) {
         let request = Request::builder()
             .method(method.clone())
             .uri(path)
-            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::CONTENT_TYPE, content_type)
             .body(Body::from(body.unwrap_or_default().into_bytes()))
             .unwrap();
         let response = self.client.client().send(request).await.unwrap();
@@ -174,6 +206,18 @@ impl Cluster {
     /// `GET path` with `Accept: accept`: the status, the `Content-Type`, and the body (for a
     /// watch, its first line).
     async fn get_as(&self, path: &str, accept: &str) -> (u16, String, serde_json::Value) {
+        let (code, content_type, mut lines) = self.lines_as(path, accept, 1).await;
+        (code, content_type, lines.remove(0))
+    }
+
+    /// `GET path` with `Accept: accept`: the status, the `Content-Type`, and the first
+    /// `count` lines of the body (a watch's events), each within 20 s.
+    async fn lines_as(
+        &self,
+        path: &str,
+        accept: &str,
+        count: usize,
+    ) -> (u16, String, Vec<serde_json::Value>) {
         let request = Request::builder()
             .uri(path)
             .header(header::ACCEPT, accept)
@@ -188,22 +232,27 @@ impl Cluster {
             .unwrap_or_default();
         let mut body = response.into_body();
         let mut bytes = Vec::new();
-        while !bytes.contains(&b'\n') {
+        let mut lines = Vec::new();
+        let mut ended = false;
+        while lines.len() < count {
+            if let Some(end) = bytes.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = bytes.drain(..=end).collect();
+                lines.push(parse_line(path, &line[..end]));
+                continue;
+            }
+            if ended {
+                lines.push(parse_line(path, &bytes));
+                break;
+            }
             let frame = tokio::time::timeout(Duration::from_secs(20), body.frame()).await;
             match frame.expect("a line within 20 s") {
                 Some(frame) => {
                     bytes.extend_from_slice(&frame.unwrap().into_data().unwrap_or_default())
                 }
-                None => break,
+                None => ended = true,
             }
         }
-        let end = bytes
-            .iter()
-            .position(|b| *b == b'\n')
-            .unwrap_or(bytes.len());
-        let body = serde_json::from_slice(&bytes[..end])
-            .unwrap_or_else(|e| panic!("GET {path}: {e}: {}", String::from_utf8_lossy(&bytes)));
-        (code, content_type, body)
+        (code, content_type, lines)
     }
 
     /// The paths and queries of the requests the server has answered so far.
@@ -218,6 +267,11 @@ impl Cluster {
                 .collect(),
         }
     }
+}
+
+fn parse_line(path: &str, line: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(line)
+        .unwrap_or_else(|e| panic!("GET {path}: {e}: {}", String::from_utf8_lossy(line)))
 }
 
 /// The path of `resource`'s collection, in `namespace` when given.
@@ -685,4 +739,422 @@ async fn an_informer_switches_to_whole_objects_and_back_without_a_lost_or_repeat
     }
     drop(labels);
     factory.shutdown().await;
+}
+
+/// What kubectl sends for `get`.
+const KUBECTL_TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,\
+     application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+
+/// A table's column names and priorities, and its rows' cells without the `Age` column,
+/// whose cells must be the age of a new object (`0s` to `119s`).
+fn table_cells(table: &serde_json::Value) -> (Vec<(String, u64)>, Vec<Vec<serde_json::Value>>) {
+    assert_eq!(table["kind"], "Table", "{table}");
+    assert_eq!(table["apiVersion"], "meta.k8s.io/v1");
+    let columns: Vec<(String, u64)> = table["columnDefinitions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no column definitions: {table}"))
+        .iter()
+        .map(|c| {
+            assert_eq!(c["type"], "string", "{c}");
+            let format = if c["name"] == "Name" { "name" } else { "" };
+            assert_eq!(c["format"], format, "{c}");
+            (
+                c["name"].as_str().unwrap().to_owned(),
+                c["priority"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let age = columns.iter().position(|(name, _)| name == "Age");
+    let rows = table["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            let mut cells = row["cells"].as_array().unwrap().clone();
+            assert_eq!(cells.len(), columns.len(), "{row}");
+            if let Some(age) = age {
+                let age = cells.remove(age);
+                let seconds = age.as_str().and_then(|a| a.strip_suffix('s'));
+                assert!(
+                    seconds.is_some_and(|s| s.parse::<u32>().is_ok_and(|s| s < 120)),
+                    "the age of a new object: {age}"
+                );
+            }
+            cells
+        })
+        .collect();
+    (columns, rows)
+}
+
+/// kubectl's tables on both servers, from the same objects: Pods in many states (restarts
+/// set minutes and hours ago, init containers, a sidecar, a gate), a Deployment, a
+/// Namespace, a ConfigMap and two Secrets print the same columns and cells (ages aside),
+/// in lists and gets; a watch's first event carries the column definitions and the next
+/// `null`; `includeObject` picks what a row carries; a streaming list stays in objects.
+/// The expected cells are kube-apiserver v1.32's, so the real server checks them.
+async fn serves_kubectl_tables_with_the_real_servers_columns_and_cells(server: Server) {
+    use serde_json::json;
+    let Some(cluster) = Cluster::start(server).await else {
+        return;
+    };
+    let namespace = cluster.namespace("tables");
+    let pods = Resource::new("", "v1", "Pod", "pods", true);
+    let deployments = Resource::new("apps", "v1", "Deployment", "deployments", true);
+    let accounts = Resource::new("", "v1", "ServiceAccount", "serviceaccounts", true);
+    cluster.serve(deployments.clone());
+    cluster.serve(accounts.clone());
+    // The real server admits a Pod only once its ServiceAccount exists.
+    let account = json!({"metadata": {"name": "default", "namespace": namespace}});
+    cluster.create(&accounts, account).await;
+
+    // Whole seconds: the real server keeps times to the second.
+    let ago = |seconds: i64| {
+        let now = jiff::Timestamp::now().as_second();
+        jiff::Timestamp::from_second(now - seconds)
+            .unwrap()
+            .to_string()
+    };
+    let container = |name: &str| json!({"name": name, "image": "busybox"});
+    let running = |name: &str| {
+        json!({"name": name, "image": "busybox", "imageID": "", "ready": true,
+               "restartCount": 0, "state": {"running": {}}})
+    };
+    let status = |name: &str, restarts: u32, state: serde_json::Value| {
+        json!({"name": name, "image": "busybox", "imageID": "", "ready": false,
+               "restartCount": restarts, "state": state})
+    };
+    let two = json!([container("a"), container("b")]);
+    let mut restarted = running("a");
+    restarted["restartCount"] = json!(3);
+    restarted["lastState"] =
+        json!({"terminated": {"exitCode": 1, "finishedAt": ago(5 * 3600 + 15 * 60 + 10)}});
+    let mut crashing = status("a", 5, json!({"waiting": {"reason": "CrashLoopBackOff"}}));
+    crashing["lastState"] = json!({"terminated": {"exitCode": 2, "finishedAt": ago(45 * 60 + 20)}});
+    let completed = |name: &str| {
+        status(
+            name,
+            0,
+            json!({"terminated": {"exitCode": 0, "reason": "Completed"}}),
+        )
+    };
+    let cases = [
+        ("pending", json!({"containers": two}), None),
+        (
+            "running",
+            json!({"nodeName": "node-a", "containers": two,
+                   "readinessGates": [{"conditionType": "example.com/gate"}]}),
+            Some(
+                json!({"phase": "Running", "podIP": "10.1.2.3", "podIPs": [{"ip": "10.1.2.3"}],
+                        "nominatedNodeName": "node-b",
+                        "conditions": [{"type": "example.com/gate", "status": "True"},
+                                       {"type": "Ready", "status": "True"}],
+                        "containerStatuses": [restarted, running("b")]}),
+            ),
+        ),
+        (
+            "crashloop",
+            json!({"containers": two}),
+            Some(json!({"phase": "Running", "containerStatuses": [crashing, running("b")]})),
+        ),
+        (
+            "exited",
+            json!({"containers": two}),
+            Some(json!({"phase": "Running", "containerStatuses": [
+                status("a", 0, json!({"terminated": {"exitCode": 137}})),
+                status("b", 0, json!({"terminated": {"exitCode": 0, "signal": 9}}))]})),
+        ),
+        (
+            "signalled",
+            json!({"containers": two}),
+            Some(json!({"phase": "Running", "containerStatuses": [
+                running("a"), status("b", 0, json!({"terminated": {"exitCode": 0, "signal": 9}}))]})),
+        ),
+        (
+            "sidecar",
+            json!({"initContainers": [{"name": "side", "image": "busybox", "restartPolicy": "Always"}],
+                   "containers": two}),
+            Some(json!({"phase": "Running",
+                        "conditions": [{"type": "Initialized", "status": "True"}],
+                        "initContainerStatuses": [{"name": "side", "image": "busybox", "imageID": "",
+                            "started": true, "ready": true, "restartCount": 0,
+                            "state": {"running": {}}}],
+                        "containerStatuses": [running("a"),
+                            status("b", 0, json!({"waiting": {"reason": "ContainerCreating"}}))]})),
+        ),
+        (
+            "init-failed",
+            json!({"initContainers": [container("init")], "containers": two}),
+            Some(json!({"phase": "Pending", "initContainerStatuses": [
+                status("init", 2, json!({"terminated": {"exitCode": 1, "reason": "Error"}}))]})),
+        ),
+        (
+            "init-running",
+            json!({"initContainers": [container("init")], "containers": two}),
+            Some(json!({"phase": "Pending", "initContainerStatuses": [
+                status("init", 0, json!({"running": {}}))]})),
+        ),
+        (
+            "done",
+            json!({"restartPolicy": "Never", "containers": two}),
+            Some(
+                json!({"phase": "Succeeded", "containerStatuses": [completed("a"), completed("b")]}),
+            ),
+        ),
+        (
+            "gated",
+            json!({"schedulingGates": [{"name": "example.com/wait"}], "containers": two}),
+            // What the real server sets at create, set on both.
+            Some(
+                json!({"conditions": [{"type": "PodScheduled", "status": "False",
+                                        "reason": "SchedulingGated"}]}),
+            ),
+        ),
+    ];
+    for (name, spec, pod_status) in cases {
+        let pod = json!({"metadata": {"name": name, "namespace": namespace}, "spec": spec});
+        cluster.create(&pods, pod).await;
+        if let Some(pod_status) = pod_status {
+            cluster
+                .patch_status(&pods, &namespace, name, pod_status)
+                .await;
+        }
+    }
+    let none = json!("<none>");
+    let pod_row = |name: &str, ready: &str, status: &str, restarts: &str| {
+        vec![
+            json!(name),
+            json!(ready),
+            json!(status),
+            json!(restarts),
+            none.clone(),
+            none.clone(),
+            none.clone(),
+            none.clone(),
+        ]
+    };
+    let (_, _, table) = cluster
+        .get_as(&collection(&pods, Some(&namespace)), KUBECTL_TABLE)
+        .await;
+    let (columns, rows) = table_cells(&table);
+    let names_and_priorities = |list: &[(&str, u64)]| -> Vec<(String, u64)> {
+        list.iter().map(|(n, p)| ((*n).to_owned(), *p)).collect()
+    };
+    assert_eq!(
+        columns,
+        names_and_priorities(&[
+            ("Name", 0),
+            ("Ready", 0),
+            ("Status", 0),
+            ("Restarts", 0),
+            ("Age", 0),
+            ("IP", 1),
+            ("Node", 1),
+            ("Nominated Node", 1),
+            ("Readiness Gates", 1)
+        ])
+    );
+    assert_eq!(
+        rows,
+        vec![
+            pod_row("crashloop", "1/2", "CrashLoopBackOff", "5 (45m ago)"),
+            pod_row("done", "0/2", "Completed", "0"),
+            pod_row("exited", "0/2", "ExitCode:137", "0"),
+            pod_row("gated", "0/2", "SchedulingGated", "0"),
+            pod_row("init-failed", "0/2", "Init:Error", "2"),
+            pod_row("init-running", "0/2", "Init:0/1", "0"),
+            pod_row("pending", "0/2", "Pending", "0"),
+            vec![
+                json!("running"),
+                json!("2/2"),
+                json!("Running"),
+                json!("3 (5h15m ago)"),
+                json!("10.1.2.3"),
+                json!("node-a"),
+                json!("node-b"),
+                json!("1/1")
+            ],
+            pod_row("sidecar", "2/3", "ContainerCreating", "0"),
+            pod_row("signalled", "1/2", "Signal:9", "0"),
+        ],
+        "{table}"
+    );
+    let done = &table["rows"][1];
+    assert_eq!(
+        done["conditions"],
+        json!([{"type": "Completed", "status": "True", "reason": "Succeeded",
+                "message": "The pod has completed successfully."}]),
+        "{done}"
+    );
+    assert_eq!(done["object"]["kind"], "PartialObjectMetadata", "{done}");
+    assert_eq!(done["object"]["metadata"]["name"], "done", "{done}");
+
+    // A get is a table of one row, at the object's version.
+    let (code, content_type, one) = cluster
+        .get_as(
+            &format!("{}/running", collection(&pods, Some(&namespace))),
+            KUBECTL_TABLE,
+        )
+        .await;
+    assert_eq!(
+        (code, content_type.as_str()),
+        (200, "application/json"),
+        "{one}"
+    );
+    assert_eq!(table_cells(&one).1, rows[7..8].to_vec());
+    assert!(
+        one["metadata"]["resourceVersion"]
+            .as_str()
+            .is_some_and(|v| !v.is_empty()),
+        "{one}"
+    );
+
+    let deployment = json!({
+        "metadata": {"name": "web", "namespace": namespace},
+        "spec": {"replicas": 3,
+                 "selector": {"matchLabels": {"app": "web"}, "matchExpressions": [
+                     {"key": "tier", "operator": "In", "values": ["b", "a"]}]},
+                 "template": {"metadata": {"labels": {"app": "web", "tier": "a"}},
+                              "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"},
+                                                      {"name": "side", "image": "busybox"}]}}}
+    });
+    cluster.create(&deployments, deployment).await;
+    let replicas =
+        json!({"replicas": 3, "updatedReplicas": 3, "readyReplicas": 2, "availableReplicas": 1});
+    cluster
+        .patch_status(&deployments, &namespace, "web", replicas)
+        .await;
+    let (_, _, table) = cluster
+        .get_as(&collection(&deployments, Some(&namespace)), KUBECTL_TABLE)
+        .await;
+    assert_eq!(
+        table_cells(&table),
+        (
+            names_and_priorities(&[
+                ("Name", 0),
+                ("Ready", 0),
+                ("Up-to-date", 0),
+                ("Available", 0),
+                ("Age", 0),
+                ("Containers", 1),
+                ("Images", 1),
+                ("Selector", 1)
+            ]),
+            vec![vec![
+                json!("web"),
+                json!("2/3"),
+                json!(3),
+                json!(1),
+                json!("nginx,side"),
+                json!("nginx:1.27,busybox"),
+                json!("app=web,tier in (a,b)")
+            ]]
+        ),
+        "{table}"
+    );
+
+    let namespaces = Resource::new("", "v1", "Namespace", "namespaces", false);
+    let extra = format!("{namespace}-extra");
+    cluster
+        .create(&namespaces, json!({"metadata": {"name": extra}}))
+        .await;
+    let (_, _, table) = cluster
+        .get_as(
+            &format!("{}/{extra}", collection(&namespaces, None)),
+            KUBECTL_TABLE,
+        )
+        .await;
+    assert_eq!(
+        table_cells(&table),
+        (
+            names_and_priorities(&[("Name", 0), ("Status", 0), ("Age", 0)]),
+            vec![vec![json!(extra), json!("Active")]]
+        ),
+        "{table}"
+    );
+
+    let secrets = Resource::new("", "v1", "Secret", "secrets", true);
+    let opaque = json!({"metadata": {"name": "opaque", "namespace": namespace},
+                        "data": {"a": "AA=="}, "stringData": {"b": "y"}});
+    cluster.create(&secrets, opaque).await;
+    let typed = json!({"metadata": {"name": "typed", "namespace": namespace},
+                       "type": "example.com/custom"});
+    cluster.create(&secrets, typed).await;
+    let (_, _, table) = cluster
+        .get_as(&collection(&secrets, Some(&namespace)), KUBECTL_TABLE)
+        .await;
+    assert_eq!(
+        table_cells(&table),
+        (
+            names_and_priorities(&[("Name", 0), ("Type", 0), ("Data", 0), ("Age", 0)]),
+            vec![
+                vec![json!("opaque"), json!("Opaque"), json!(2)],
+                vec![json!("typed"), json!("example.com/custom"), json!(0)]
+            ]
+        ),
+        "{table}"
+    );
+
+    let config_maps = configmaps();
+    let config_map = json!({"metadata": {"name": "cfg", "namespace": namespace},
+                            "data": {"a": "1", "b": "2"}, "binaryData": {"c": "AA=="}});
+    cluster.create(&config_maps, config_map).await;
+    let listed = collection(&config_maps, Some(&namespace));
+    let (_, _, table) = cluster.get_as(&listed, KUBECTL_TABLE).await;
+    assert_eq!(
+        table_cells(&table),
+        (
+            names_and_priorities(&[("Name", 0), ("Data", 0), ("Age", 0)]),
+            vec![vec![json!("cfg"), json!(3)]]
+        ),
+        "{table}"
+    );
+    let (_, _, whole) = cluster
+        .get_as(&format!("{listed}?includeObject=Object"), KUBECTL_TABLE)
+        .await;
+    assert_eq!(whole["rows"][0]["object"]["kind"], "ConfigMap", "{whole}");
+    assert_eq!(whole["rows"][0]["object"]["data"]["a"], "1", "{whole}");
+    let (_, _, bare) = cluster
+        .get_as(&format!("{listed}?includeObject=None"), KUBECTL_TABLE)
+        .await;
+    assert!(
+        bare["rows"][0]
+            .get("object")
+            .is_none_or(serde_json::Value::is_null),
+        "{bare}"
+    );
+
+    // A watch: one table per event, the column definitions in the first only.
+    let version = table["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let watch = format!("{listed}?watch=1&resourceVersion={version}");
+    let watching = cluster.lines_as(&watch, KUBECTL_TABLE, 2);
+    let creating = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for name in ["second", "third"] {
+            let config_map =
+                json!({"metadata": {"name": name, "namespace": namespace}, "data": {"k": "v"}});
+            cluster.create(&config_maps, config_map).await;
+        }
+    };
+    let ((code, _, events), ()) = tokio::join!(watching, creating);
+    assert_eq!(code, 200);
+    assert_eq!(events[0]["type"], "ADDED", "{}", events[0]);
+    let (columns, rows) = table_cells(&events[0]["object"]);
+    assert_eq!(
+        (columns.len(), rows),
+        (3, vec![vec![json!("second"), json!(1)]])
+    );
+    let next = &events[1]["object"];
+    assert_eq!(next["kind"], "Table", "{next}");
+    assert!(next["columnDefinitions"].is_null(), "{next}");
+    assert_eq!(next["rows"][0]["cells"][0], "third", "{next}");
+
+    // A streaming list is answered in objects, whatever the Accept.
+    let streaming = format!(
+        "{listed}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
+    );
+    let (_, _, first) = cluster.get_as(&streaming, KUBECTL_TABLE).await;
+    assert_eq!(first["object"]["kind"], "ConfigMap", "{first}");
 }

@@ -1,0 +1,892 @@
+//! The `meta.k8s.io/v1` `Table` form kubectl asks for first
+//! (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`), for the built-in types whose
+//! columns people read most: Pods, Deployments, Namespaces, ConfigMaps and Secrets, with the
+//! columns and cells kube-apiserver v1.32 prints for them (`-o wide`'s too, at priority 1,
+//! which kubectl shows only when asked). Other types get no table, and kubectl falls back to
+//! NAME and AGE. Written here because no Rust crate carries kube-apiserver's printers; the
+//! tests hold them to a real kube-apiserver's answers.
+//!
+//! A watch answers each event as a table of one row, the column definitions in the first
+//! only (`null` after, as kube-apiserver sends them); its bookmarks stay whole-object ones.
+//! A streaming list (`sendInitialEvents`) is answered in objects, as kube-apiserver answers it.
+//!
+//! The local cluster stores what it is sent, so fields the real server sets at create read
+//! as it sets them: a Pod without `status.phase` is `Pending`, a Namespace without one
+//! `Active`, a Secret without `type` `Opaque`, a Deployment without `spec.replicas` wants 1.
+
+use bytes::Bytes;
+use jiff::Timestamp;
+use kubeplug_memory::form::partial_object_metadata;
+use serde_json::{Value, json};
+
+/// What each row carries beside its cells: the `includeObject` query parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IncludeObject {
+    None,
+    /// The object as a `PartialObjectMetadata`: kube-apiserver's default.
+    Metadata,
+    Object,
+}
+
+impl IncludeObject {
+    /// From the `includeObject` query parameter; absent or empty is `Metadata`.
+    pub(crate) fn parse(value: Option<&str>) -> Result<Self, String> {
+        match value {
+            None | Some("" | "Metadata") => Ok(Self::Metadata),
+            Some("None") => Ok(Self::None),
+            Some("Object") => Ok(Self::Object),
+            Some(other) => {
+                let other: String = other.chars().take(40).collect();
+                Err(format!(
+                    "includeObject: {other:?} is not one of None, Metadata or Object"
+                ))
+            }
+        }
+    }
+}
+
+/// One column of a type's table.
+struct Column {
+    name: &'static str,
+    /// `name` for the object's name column, else empty.
+    format: &'static str,
+    /// 0: always shown; 1: with `-o wide`.
+    priority: u8,
+    description: &'static str,
+}
+
+/// A read answered as a table: the type's printer and what each row carries.
+#[derive(Clone, Copy)]
+pub(crate) struct TableOf {
+    pub(crate) printer: &'static Printer,
+    pub(crate) include: IncludeObject,
+}
+
+impl TableOf {
+    /// A `Table` of `objects` (whole JSON, with `kind` and `apiVersion`) as of now: with its
+    /// column definitions when `columns`, else `"columnDefinitions": null`, as a watch's
+    /// events after the first carry.
+    pub(crate) fn table<'a>(
+        &self,
+        metadata: Value,
+        columns: bool,
+        objects: impl IntoIterator<Item = &'a Bytes>,
+    ) -> Bytes {
+        let now = Timestamp::now();
+        let rows: Vec<Value> = objects
+            .into_iter()
+            .map(|object| self.printer.row(object, self.include, now))
+            .collect();
+        let table = json!({
+            "kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata,
+            "columnDefinitions": columns.then(|| self.printer.column_definitions()),
+            "rows": rows,
+        });
+        Bytes::from(table.to_string())
+    }
+}
+
+/// A type's columns, what fills a row's cells (given the object and the time now), and the
+/// row's conditions.
+pub(crate) struct Printer {
+    columns: &'static [Column],
+    cells: fn(&Value, Timestamp) -> Vec<Value>,
+    conditions: fn(&Value) -> Option<Value>,
+}
+
+/// The table printer of `group`/`kind`, for the types served as tables.
+pub(crate) fn printer(group: &str, kind: &str) -> Option<&'static Printer> {
+    match (group, kind) {
+        ("", "Pod") => Some(&POD),
+        ("apps", "Deployment") => Some(&DEPLOYMENT),
+        ("", "Namespace") => Some(&NAMESPACE),
+        ("", "ConfigMap") => Some(&CONFIG_MAP),
+        ("", "Secret") => Some(&SECRET),
+        _ => None,
+    }
+}
+
+impl Printer {
+    /// The `columnDefinitions` of a table.
+    fn column_definitions(&self) -> Value {
+        self.columns
+            .iter()
+            .map(|c| {
+                json!({"name": c.name, "type": "string", "format": c.format,
+                       "description": c.description, "priority": c.priority})
+            })
+            .collect()
+    }
+
+    /// The row of `object` (whole JSON, with `kind` and `apiVersion`).
+    fn row(&self, object: &Bytes, include: IncludeObject, now: Timestamp) -> Value {
+        let parsed: Value = serde_json::from_slice(object).unwrap_or(Value::Null);
+        let mut row = json!({"cells": (self.cells)(&parsed, now)});
+        if let Some(conditions) = (self.conditions)(&parsed) {
+            row["conditions"] = conditions;
+        }
+        match include {
+            IncludeObject::None => {}
+            IncludeObject::Metadata => {
+                let metadata = partial_object_metadata(object.clone());
+                row["object"] = serde_json::from_slice(&metadata).unwrap_or(Value::Null);
+            }
+            IncludeObject::Object => row["object"] = parsed,
+        }
+        row
+    }
+}
+
+/// `object.metadata.resourceVersion`, read from whole JSON.
+pub(crate) fn resource_version(object: &Bytes) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Object {
+        metadata: Metadata,
+    }
+    #[derive(serde::Deserialize)]
+    struct Metadata {
+        #[serde(rename = "resourceVersion")]
+        resource_version: Option<String>,
+    }
+    let object: Object = serde_json::from_slice(object).ok()?;
+    object.metadata.resource_version
+}
+
+const NAME: Column = Column {
+    name: "Name",
+    format: "name",
+    priority: 0,
+    description: "The object's name, unique among its kind in its namespace.",
+};
+
+const AGE: Column = column(
+    "Age",
+    0,
+    "Time since the object was created (metadata.creationTimestamp).",
+);
+
+const fn column(name: &'static str, priority: u8, description: &'static str) -> Column {
+    Column {
+        name,
+        format: "",
+        priority,
+        description,
+    }
+}
+
+static POD: Printer = Printer {
+    columns: &[
+        NAME,
+        column("Ready", 0, "Ready containers, of those the pod runs."),
+        column(
+            "Status",
+            0,
+            "The pod's phase, or what its containers are waiting on or ended with.",
+        ),
+        column(
+            "Restarts",
+            0,
+            "Container restarts, and how long ago the last one ended.",
+        ),
+        AGE,
+        column("IP", 1, "The pod's first IP address."),
+        column("Node", 1, "The node the pod is bound to."),
+        column(
+            "Nominated Node",
+            1,
+            "The node preemption made room on, before binding.",
+        ),
+        column(
+            "Readiness Gates",
+            1,
+            "Readiness gates whose condition is True, of those the pod has.",
+        ),
+    ],
+    cells: pod_cells,
+    conditions: pod_row_conditions,
+};
+
+static DEPLOYMENT: Printer = Printer {
+    columns: &[
+        NAME,
+        column("Ready", 0, "Ready pods, of the replicas wanted."),
+        column(
+            "Up-to-date",
+            0,
+            "Pods that run the current template, not terminating.",
+        ),
+        column("Available", 0, "Pods ready for at least minReadySeconds."),
+        AGE,
+        column("Containers", 1, "The template's container names."),
+        column("Images", 1, "The template's container images."),
+        column(
+            "Selector",
+            1,
+            "The label selector of the deployment's pods.",
+        ),
+    ],
+    cells: deployment_cells,
+    conditions: |_| None,
+};
+
+static NAMESPACE: Printer = Printer {
+    columns: &[NAME, column("Status", 0, "The namespace's phase."), AGE],
+    cells: |object, now| {
+        vec![
+            name(object),
+            text(phase(object, "Active")),
+            age(object, now),
+        ]
+    },
+    conditions: |_| None,
+};
+
+static CONFIG_MAP: Printer = Printer {
+    columns: &[NAME, column("Data", 0, "Keys in data and binaryData."), AGE],
+    cells: |object, now| {
+        let keys = count(&object["data"]) + count(&object["binaryData"]);
+        vec![name(object), json!(keys), age(object, now)]
+    },
+    conditions: |_| None,
+};
+
+static SECRET: Printer = Printer {
+    columns: &[
+        NAME,
+        column("Type", 0, "The secret's type."),
+        column("Data", 0, "Keys in data (and stringData)."),
+        AGE,
+    ],
+    cells: |object, now| {
+        let kind = object["type"].as_str().unwrap_or("Opaque");
+        // The real server folds `stringData` into `data` at write; the local cluster keeps it.
+        let mut keys: Vec<&String> = [&object["data"], &object["stringData"]]
+            .into_iter()
+            .filter_map(Value::as_object)
+            .flat_map(|map| map.keys())
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        vec![
+            name(object),
+            text(kind),
+            json!(keys.len()),
+            age(object, now),
+        ]
+    },
+    conditions: |_| None,
+};
+
+fn text(value: &str) -> Value {
+    Value::String(value.to_owned())
+}
+
+fn name(object: &Value) -> Value {
+    object["metadata"]["name"].clone()
+}
+
+fn count(map: &Value) -> usize {
+    map.as_object().map_or(0, |m| m.len())
+}
+
+fn phase<'a>(object: &'a Value, absent: &'a str) -> &'a str {
+    match object["status"]["phase"].as_str() {
+        Some(phase) if !phase.is_empty() => phase,
+        _ => absent,
+    }
+}
+
+fn array(value: &Value) -> &[Value] {
+    value.as_array().map_or(&[], Vec::as_slice)
+}
+
+fn timestamp(value: &Value) -> Option<Timestamp> {
+    value.as_str()?.parse().ok()
+}
+
+fn age(object: &Value, now: Timestamp) -> Value {
+    text(&since(
+        timestamp(&object["metadata"]["creationTimestamp"]),
+        now,
+    ))
+}
+
+/// How long ago `then` was, as kubectl's columns print it; `<unknown>` without a time.
+fn since(then: Option<Timestamp>, now: Timestamp) -> String {
+    match then {
+        Some(then) => human_duration(now.duration_since(then).as_secs()),
+        None => "<unknown>".to_owned(),
+    }
+}
+
+/// A duration in seconds in the units Kubernetes prints ages in: exact to the second under
+/// ten minutes, then coarser (minutes, hours, days, years) the longer it is.
+fn human_duration(seconds: i64) -> String {
+    if seconds < -1 {
+        return "<invalid>".to_owned();
+    }
+    if seconds < 0 {
+        return "0s".to_owned();
+    }
+    if seconds < 2 * 60 {
+        return format!("{seconds}s");
+    }
+    let minutes = seconds / 60;
+    if minutes < 10 {
+        return with_rest(minutes, "m", seconds % 60, "s");
+    }
+    if minutes < 3 * 60 {
+        return format!("{minutes}m");
+    }
+    let hours = minutes / 60;
+    if hours < 8 {
+        return with_rest(hours, "h", minutes % 60, "m");
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    let days = hours / 24;
+    if hours < 8 * 24 {
+        return with_rest(days, "d", hours % 24, "h");
+    }
+    if days < 2 * 365 {
+        return format!("{days}d");
+    }
+    if days < 8 * 365 {
+        return with_rest(days / 365, "y", days % 365, "d");
+    }
+    format!("{}y", days / 365)
+}
+
+/// `5m` or `5m30s`: the smaller unit only when not zero.
+fn with_rest(whole: i64, unit: &str, rest: i64, rest_unit: &str) -> String {
+    match rest {
+        0 => format!("{whole}{unit}"),
+        rest => format!("{whole}{unit}{rest}{rest_unit}"),
+    }
+}
+
+/// The row conditions kube-apiserver gives a Pod that has ended.
+fn pod_row_conditions(object: &Value) -> Option<Value> {
+    let (reason, message) = match object["status"]["phase"].as_str()? {
+        "Succeeded" => ("Succeeded", "The pod has completed successfully."),
+        "Failed" => ("Failed", "The pod failed."),
+        _ => return None,
+    };
+    Some(json!([{"type": "Completed", "status": "True", "reason": reason, "message": message}]))
+}
+
+/// Restarts counted and the latest restart seen, over some of a pod's containers.
+#[derive(Default)]
+struct Restarts {
+    count: i64,
+    last: Option<Timestamp>,
+}
+
+impl Restarts {
+    fn add(&mut self, status: &Value) {
+        // Saturating: the counts are whatever a writer stored.
+        let count = status["restartCount"].as_i64().unwrap_or(0);
+        self.count = self.count.saturating_add(count);
+        if let Some(ended) = timestamp(&status["lastState"]["terminated"]["finishedAt"]) {
+            self.last = self.last.max(Some(ended));
+        }
+    }
+}
+
+/// A terminated state's reason, or its signal or exit code when it gives none.
+fn terminated_reason(terminated: &Value) -> String {
+    match terminated["reason"].as_str() {
+        Some(reason) if !reason.is_empty() => reason.to_owned(),
+        _ => match terminated["signal"].as_i64() {
+            Some(signal) if signal != 0 => format!("Signal:{signal}"),
+            _ => format!("ExitCode:{}", terminated["exitCode"].as_i64().unwrap_or(0)),
+        },
+    }
+}
+
+fn non_empty(value: &Value) -> Option<&str> {
+    value.as_str().filter(|s| !s.is_empty())
+}
+
+fn has_condition(status: &Value, kind: &str, value: &str) -> bool {
+    array(&status["conditions"])
+        .iter()
+        .any(|c| c["type"] == kind && c["status"] == value)
+}
+
+/// A Pod's cells: the status is the phase (or `status.reason`), overridden by the first init
+/// container not done, else by the main containers' states (the first listed wins), then by
+/// deletion. Sidecars (init containers that restart always) count as containers once started.
+fn pod_cells(pod: &Value, now: Timestamp) -> Vec<Value> {
+    let spec = &pod["spec"];
+    let status = &pod["status"];
+    let mut reason = non_empty(&status["reason"])
+        .unwrap_or(phase(pod, "Pending"))
+        .to_owned();
+    if array(&status["conditions"])
+        .iter()
+        .any(|c| c["type"] == "PodScheduled" && c["reason"] == "SchedulingGated")
+    {
+        reason = "SchedulingGated".to_owned();
+    }
+    let init_specs = array(&spec["initContainers"]);
+    let is_sidecar = |name: &Value| {
+        init_specs
+            .iter()
+            .any(|c| c["name"] == *name && c["restartPolicy"] == "Always")
+    };
+    let total = array(&spec["containers"]).len()
+        + init_specs
+            .iter()
+            .filter(|c| c["restartPolicy"] == "Always")
+            .count();
+    let mut ready = 0;
+    let mut restarts = Restarts::default();
+    let mut sidecar_restarts = Restarts::default();
+    let mut initializing = false;
+    for (i, container) in array(&status["initContainerStatuses"]).iter().enumerate() {
+        restarts.add(container);
+        let sidecar = is_sidecar(&container["name"]);
+        if sidecar {
+            sidecar_restarts.add(container);
+        }
+        let state = &container["state"];
+        let terminated = &state["terminated"];
+        if terminated.is_object() && terminated["exitCode"].as_i64().unwrap_or(0) == 0 {
+            continue;
+        }
+        if sidecar && container["started"] == true {
+            if container["ready"] == true {
+                ready += 1;
+            }
+            continue;
+        }
+        initializing = true;
+        reason = if terminated.is_object() {
+            format!("Init:{}", terminated_reason(terminated))
+        } else if let Some(waiting) =
+            non_empty(&state["waiting"]["reason"]).filter(|reason| *reason != "PodInitializing")
+        {
+            format!("Init:{waiting}")
+        } else {
+            format!("Init:{i}/{}", init_specs.len())
+        };
+        break;
+    }
+    if !initializing || has_condition(status, "Initialized", "True") {
+        restarts = sidecar_restarts;
+        let mut running = false;
+        for container in array(&status["containerStatuses"]).iter().rev() {
+            restarts.add(container);
+            let state = &container["state"];
+            if let Some(waiting) = non_empty(&state["waiting"]["reason"]) {
+                reason = waiting.to_owned();
+            } else if state["terminated"].is_object() {
+                reason = terminated_reason(&state["terminated"]);
+            } else if container["ready"] == true && state["running"].is_object() {
+                running = true;
+                ready += 1;
+            }
+        }
+        if reason == "Completed" && running {
+            reason = if has_condition(status, "Ready", "True") {
+                "Running".to_owned()
+            } else {
+                "NotReady".to_owned()
+            };
+        }
+    }
+    if pod["metadata"]["deletionTimestamp"].is_string() {
+        if status["reason"] == "NodeLost" {
+            reason = "Unknown".to_owned();
+        } else if !matches!(phase(pod, "Pending"), "Succeeded" | "Failed") {
+            reason = "Terminating".to_owned();
+        }
+    }
+    let restarts_cell = match restarts.last {
+        Some(last) if restarts.count != 0 => {
+            format!("{} ({} ago)", restarts.count, since(Some(last), now))
+        }
+        _ => restarts.count.to_string(),
+    };
+    let or_none = |value: Option<&str>| text(value.unwrap_or("<none>"));
+    let gates = array(&spec["readinessGates"]);
+    let gates_cell = if gates.is_empty() {
+        "<none>".to_owned()
+    } else {
+        let passed = gates
+            .iter()
+            .filter(|gate| {
+                let kind = gate["conditionType"].as_str().unwrap_or_default();
+                array(&status["conditions"])
+                    .iter()
+                    .find(|c| c["type"] == kind)
+                    .is_some_and(|c| c["status"] == "True")
+            })
+            .count();
+        format!("{passed}/{}", gates.len())
+    };
+    vec![
+        name(pod),
+        text(&format!("{ready}/{total}")),
+        text(&reason),
+        text(&restarts_cell),
+        age(pod, now),
+        or_none(non_empty(&status["podIPs"][0]["ip"])),
+        or_none(non_empty(&spec["nodeName"])),
+        or_none(non_empty(&status["nominatedNodeName"])),
+        text(&gates_cell),
+    ]
+}
+
+fn deployment_cells(deployment: &Value, now: Timestamp) -> Vec<Value> {
+    let spec = &deployment["spec"];
+    let status = &deployment["status"];
+    let number = |value: &Value| value.as_i64().unwrap_or(0);
+    let wanted = spec["replicas"].as_i64().unwrap_or(1);
+    let containers = array(&spec["template"]["spec"]["containers"]);
+    let joined = |field: &str| {
+        containers
+            .iter()
+            .map(|c| c[field].as_str().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    vec![
+        name(deployment),
+        text(&format!("{}/{wanted}", number(&status["readyReplicas"]))),
+        json!(number(&status["updatedReplicas"])),
+        json!(number(&status["availableReplicas"])),
+        age(deployment, now),
+        text(&joined("name")),
+        text(&joined("image")),
+        text(&selector(&spec["selector"])),
+    ]
+}
+
+/// A label selector as Kubernetes prints it: requirements sorted by key, `k=v`,
+/// `k in (a,b)`, `k notin (a,b)`, `k`, `!k`; no selector or an empty one is empty.
+fn selector(selector: &Value) -> String {
+    let mut requirements: Vec<(String, String)> = Vec::new();
+    if let Some(labels) = selector["matchLabels"].as_object() {
+        for (key, value) in labels {
+            let value = value.as_str().unwrap_or_default();
+            requirements.push((key.clone(), format!("{key}={value}")));
+        }
+    }
+    for expression in array(&selector["matchExpressions"]) {
+        let key = expression["key"].as_str().unwrap_or_default();
+        let mut values: Vec<&str> = array(&expression["values"])
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        values.sort_unstable();
+        let values = values.join(",");
+        let printed = match expression["operator"].as_str().unwrap_or_default() {
+            "In" => format!("{key} in ({values})"),
+            "NotIn" => format!("{key} notin ({values})"),
+            "Exists" => key.to_owned(),
+            "DoesNotExist" => format!("!{key}"),
+            other => format!("{key} {other} ({values})"),
+        };
+        requirements.push((key.to_owned(), printed));
+    }
+    requirements.sort_by(|a, b| a.0.cmp(&b.0));
+    requirements
+        .into_iter()
+        .map(|(_, printed)| printed)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> Timestamp {
+        text.parse().unwrap()
+    }
+
+    fn cells(printer: &Printer, object: Value, now: &str) -> Vec<Value> {
+        (printer.cells)(&object, at(now))
+    }
+
+    #[test]
+    fn durations_print_in_the_units_kubernetes_uses() {
+        for (seconds, printed) in [
+            (-2, "<invalid>"),
+            (-1, "0s"),
+            (0, "0s"),
+            (119, "119s"),
+            (120, "2m"),
+            (330, "5m30s"),
+            (600, "10m"),
+            (179 * 60 + 59, "179m"),
+            (3 * 3600, "3h"),
+            (2 * 3600 + 15 * 60 + 10, "135m"),
+            (5 * 3600 + 15 * 60 + 10, "5h15m"),
+            (8 * 3600, "8h"),
+            (47 * 3600 + 3599, "47h"),
+            (48 * 3600, "2d"),
+            (3 * 86400 + 5 * 3600, "3d5h"),
+            (8 * 86400, "8d"),
+            (729 * 86400, "729d"),
+            (730 * 86400, "2y"),
+            (3 * 365 * 86400 + 10 * 86400, "3y10d"),
+            (9 * 365 * 86400 + 10 * 86400, "9y"),
+        ] {
+            assert_eq!(human_duration(seconds), printed, "{seconds} s");
+        }
+    }
+
+    #[test]
+    fn a_pod_prints_its_readiness_status_restarts_and_wide_columns() {
+        let pod = json!({
+            "metadata": {"name": "web", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"nodeName": "node-a", "containers": [{"name": "a"}, {"name": "b"}],
+                     "readinessGates": [{"conditionType": "example.com/gate"}]},
+            "status": {"phase": "Running", "podIPs": [{"ip": "10.1.2.3"}],
+                       "conditions": [{"type": "example.com/gate", "status": "True"}],
+                       "containerStatuses": [
+                {"name": "a", "ready": true, "restartCount": 3, "state": {"running": {}},
+                 "lastState": {"terminated": {"finishedAt": "2026-01-01T00:50:00Z"}}},
+                {"name": "b", "ready": true, "restartCount": 1, "state": {"running": {}}}]}
+        });
+        assert_eq!(
+            cells(&POD, pod, "2026-01-01T01:00:00Z"),
+            json!([
+                "web",
+                "2/2",
+                "Running",
+                "4 (10m ago)",
+                "60m",
+                "10.1.2.3",
+                "node-a",
+                "<none>",
+                "1/1"
+            ])
+            .as_array()
+            .unwrap()
+            .clone()
+        );
+    }
+
+    fn status_of(spec: Value, status: Value, deleted: bool) -> String {
+        let mut pod = json!({"metadata": {"name": "p"}, "spec": spec, "status": status});
+        if deleted {
+            pod["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        let cells = cells(&POD, pod, "2026-01-01T00:00:00Z");
+        format!(
+            "{} {}",
+            cells[1].as_str().unwrap(),
+            cells[2].as_str().unwrap()
+        )
+    }
+
+    #[test]
+    fn a_pods_status_follows_its_init_containers_then_its_containers() {
+        let two = json!({"containers": [{"name": "a"}, {"name": "b"}]});
+        let running = json!({"ready": true, "state": {"running": {}}});
+        let with_init = json!({"initContainers": [{"name": "i"}],
+                               "containers": [{"name": "a"}]});
+        let cases = [
+            (two.clone(), json!({}), false, "0/2 Pending"),
+            (
+                two.clone(),
+                json!({"phase": "Running", "containerStatuses": [
+                {"state": {"waiting": {"reason": "CrashLoopBackOff"}}}, running]}),
+                false,
+                "1/2 CrashLoopBackOff",
+            ),
+            (
+                two.clone(),
+                json!({"containerStatuses": [
+                {"state": {"terminated": {"exitCode": 137}}},
+                {"state": {"terminated": {"exitCode": 0, "signal": 9}}}]}),
+                false,
+                "0/2 ExitCode:137",
+            ),
+            (
+                two.clone(),
+                json!({"containerStatuses": [
+                running, {"state": {"terminated": {"exitCode": 0, "signal": 9}}}]}),
+                false,
+                "1/2 Signal:9",
+            ),
+            (
+                two.clone(),
+                json!({"phase": "Running", "containerStatuses": [running, running]}),
+                true,
+                "2/2 Terminating",
+            ),
+            (
+                two.clone(),
+                json!({"phase": "Succeeded", "containerStatuses": [
+                {"state": {"terminated": {"reason": "Completed"}}}]}),
+                true,
+                "0/2 Completed",
+            ),
+            (
+                two.clone(),
+                json!({"phase": "Unknown", "reason": "NodeLost"}),
+                true,
+                "0/2 Unknown",
+            ),
+            (
+                two.clone(),
+                json!({"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "True"}], "containerStatuses": [
+                running, {"state": {"terminated": {"reason": "Completed"}}}]}),
+                false,
+                "1/2 Running",
+            ),
+            (
+                two.clone(),
+                json!({"phase": "Running", "containerStatuses": [
+                running, {"state": {"terminated": {"reason": "Completed"}}}]}),
+                false,
+                "1/2 NotReady",
+            ),
+            (
+                two.clone(),
+                json!({"conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]}),
+                false,
+                "0/2 SchedulingGated",
+            ),
+            (
+                with_init.clone(),
+                json!({"initContainerStatuses": [{"state": {"running": {}}}]}),
+                false,
+                "0/1 Init:0/1",
+            ),
+            (
+                with_init.clone(),
+                json!({"initContainerStatuses": [
+                {"state": {"waiting": {"reason": "ImagePullBackOff"}}}]}),
+                false,
+                "0/1 Init:ImagePullBackOff",
+            ),
+            (
+                with_init.clone(),
+                json!({"initContainerStatuses": [
+                {"state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}),
+                false,
+                "0/1 Init:Error",
+            ),
+            (
+                with_init.clone(),
+                json!({"initContainerStatuses": [
+                {"state": {"terminated": {"exitCode": 2}}}]}),
+                false,
+                "0/1 Init:ExitCode:2",
+            ),
+            (
+                with_init,
+                json!({"phase": "Running", "initContainerStatuses": [
+                {"state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}],
+                "containerStatuses": [running]}),
+                false,
+                "1/1 Running",
+            ),
+            (
+                json!({"initContainers": [{"name": "side", "restartPolicy": "Always"}],
+                    "containers": [{"name": "a"}, {"name": "b"}]}),
+                json!({"phase": "Running",
+                    "initContainerStatuses": [{"name": "side", "started": true, "ready": true,
+                                               "state": {"running": {}}}],
+                    "containerStatuses": [running,
+                        {"state": {"waiting": {"reason": "ContainerCreating"}}}]}),
+                false,
+                "2/3 ContainerCreating",
+            ),
+        ];
+        for (spec, status, deleted, printed) in cases {
+            assert_eq!(
+                status_of(spec.clone(), status.clone(), deleted),
+                printed,
+                "{spec} {status}"
+            );
+        }
+    }
+
+    #[test]
+    fn restart_counts_a_writer_chose_to_overflow_saturate() {
+        let huge = json!({"restartCount": i64::MAX, "state": {"running": {}}});
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{}, {}]},
+                         "status": {"containerStatuses": [huge, huge]}});
+        let cells = cells(&POD, pod, "2026-01-01T00:00:00Z");
+        assert_eq!(cells[3], i64::MAX.to_string());
+    }
+
+    #[test]
+    fn an_ended_pods_row_carries_a_completed_condition() {
+        let ended = |phase: &str| json!({"metadata": {"name": "p"}, "status": {"phase": phase}});
+        let row = POD.row(
+            &Bytes::from(ended("Failed").to_string()),
+            IncludeObject::None,
+            at("2026-01-01T00:00:00Z"),
+        );
+        assert_eq!(row["conditions"][0]["reason"], "Failed", "{row}");
+        assert_eq!(row.get("object"), None, "{row}");
+        assert!(pod_row_conditions(&ended("Running")).is_none());
+    }
+
+    #[test]
+    fn a_deployment_prints_replicas_containers_and_its_selector() {
+        let deployment = json!({
+            "metadata": {"name": "web"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}, "matchExpressions": [
+                         {"key": "tier", "operator": "In", "values": ["b", "a"]},
+                         {"key": "canary", "operator": "DoesNotExist"}]},
+                     "template": {"spec": {"containers": [
+                         {"name": "nginx", "image": "nginx:1.27"},
+                         {"name": "side", "image": "busybox"}]}}},
+            "status": {"readyReplicas": 1, "updatedReplicas": 1}
+        });
+        assert_eq!(
+            cells(&DEPLOYMENT, deployment, "2026-01-01T00:00:00Z"),
+            json!([
+                "web",
+                "1/1",
+                1,
+                0,
+                "<unknown>",
+                "nginx,side",
+                "nginx:1.27,busybox",
+                "app=web,!canary,tier in (a,b)"
+            ])
+            .as_array()
+            .unwrap()
+            .clone()
+        );
+    }
+
+    #[test]
+    fn namespaces_config_maps_and_secrets_count_what_they_hold() {
+        let now = "2026-01-01T00:00:00Z";
+        let namespace = json!({"metadata": {"name": "team"}});
+        assert_eq!(cells(&NAMESPACE, namespace, now)[1], "Active");
+        let config_map = json!({"metadata": {"name": "c"}, "data": {"a": "1", "b": "2"},
+                                "binaryData": {"c": "AA=="}});
+        assert_eq!(cells(&CONFIG_MAP, config_map, now)[1], 3);
+        let secret = json!({"metadata": {"name": "s"}, "data": {"a": "AA=="},
+                            "stringData": {"a": "x", "b": "y"}});
+        let cells = cells(&SECRET, secret, now);
+        assert_eq!((&cells[1], &cells[2]), (&json!("Opaque"), &json!(2)));
+    }
+
+    #[test]
+    fn include_object_takes_the_three_values_and_names_a_wrong_one() {
+        assert_eq!(IncludeObject::parse(None), Ok(IncludeObject::Metadata));
+        assert_eq!(
+            IncludeObject::parse(Some("Object")),
+            Ok(IncludeObject::Object)
+        );
+        assert_eq!(IncludeObject::parse(Some("None")), Ok(IncludeObject::None));
+        let error = IncludeObject::parse(Some("Everything")).unwrap_err();
+        assert!(error.contains("\"Everything\""), "{error}");
+    }
+}
