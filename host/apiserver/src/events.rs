@@ -68,6 +68,11 @@ enum Direction {
     FromCore,
 }
 
+/// An `events.k8s.io/v1` Event as the core `v1` one.
+pub(crate) fn as_core(object: Value) -> Value {
+    rename(object, Direction::ToCore)
+}
+
 /// `object` with the fields of [`RENAMED`] renamed `direction`'s way.
 fn rename(object: Value, direction: Direction) -> Value {
     let Value::Object(fields) = object else {

@@ -20,8 +20,8 @@
 //! - lists, gets and watches in the `PartialObjectMetadata` form when `Accept` asks for it
 //!   (`application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1`), as metadata
 //!   informers do; `406` for an `Accept` naming no form served (JSON only);
-//! - for kubectl, lists, gets and watches of Pods, Deployments, Namespaces, ConfigMaps and
-//!   Secrets as `meta.k8s.io/v1` `Table`s with kube-apiserver's columns (`table`), so
+//! - for kubectl, lists, gets and watches of Pods, Deployments, Namespaces, ConfigMaps,
+//!   Secrets and Events as `meta.k8s.io/v1` `Table`s with kube-apiserver's columns (`table`), so
 //!   `kubectl get` prints READY, STATUS and the rest; other types fall back to NAME and AGE;
 //! - core `v1` Events as a view of the `events.k8s.io/v1` ones (list, get, watch, create,
 //!   delete), as kube-apiserver serves one stored Event in both groups;

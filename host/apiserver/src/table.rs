@@ -1,6 +1,7 @@
 //! The `meta.k8s.io/v1` `Table` form kubectl asks for first
 //! (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`), for the built-in types whose
-//! columns people read most: Pods, Deployments, Namespaces, ConfigMaps and Secrets, with the
+//! columns people read most: Pods, Deployments, Namespaces, ConfigMaps, Secrets and Events
+//! (core and `events.k8s.io`, one printer as in kube-apiserver), with the
 //! columns and cells kube-apiserver v1.32 prints for them (`-o wide`'s too, at priority 1,
 //! which kubectl shows only when asked). Other types get no table, and kubectl falls back to
 //! NAME and AGE. Written here because no Rust crate carries kube-apiserver's printers; the
@@ -102,6 +103,8 @@ pub(crate) fn printer(group: &str, kind: &str) -> Option<&'static Printer> {
         ("", "Namespace") => Some(&NAMESPACE),
         ("", "ConfigMap") => Some(&CONFIG_MAP),
         ("", "Secret") => Some(&SECRET),
+        ("", "Event") => Some(&CORE_EVENT),
+        ("events.k8s.io", "Event") => Some(&EVENT),
         _ => None,
     }
 }
@@ -276,6 +279,95 @@ static SECRET: Printer = Printer {
     },
     conditions: |_| None,
 };
+
+/// An Event's columns: the one-line summary first, `-o wide`'s details at priority 1.
+const EVENT_COLUMNS: &[Column] = &[
+    column("Last Seen", 0, "Time since the event was last observed."),
+    column("Type", 0, "Normal or Warning."),
+    column("Reason", 0, "Why the event happened, in CamelCase."),
+    column("Object", 0, "The object the event is about, kind/name."),
+    column("Subobject", 1, "The part of the object, by field path."),
+    column(
+        "Source",
+        1,
+        "The component that reported it, and its instance.",
+    ),
+    column("Message", 0, "What happened, for people."),
+    column("First Seen", 1, "Time since the event was first observed."),
+    column("Count", 1, "How many times it was observed."),
+    Column {
+        name: "Name",
+        format: "name",
+        priority: 1,
+        description: "The event's name.",
+    },
+];
+
+static CORE_EVENT: Printer = Printer {
+    columns: EVENT_COLUMNS,
+    cells: event_cells,
+    conditions: |_| None,
+};
+
+/// `events.k8s.io/v1` Events print as the core ones they also are.
+static EVENT: Printer = Printer {
+    columns: EVENT_COLUMNS,
+    cells: |object, now| event_cells(&crate::events::as_core(object.clone()), now),
+    conditions: |_| None,
+};
+
+/// A core `v1` Event's cells. First seen is `firstTimestamp`, else `eventTime`; last seen
+/// `series.lastObservedTime`, else `lastTimestamp`, else first seen; the count the series',
+/// else `count`, and at least 1.
+fn event_cells(event: &Value, now: Timestamp) -> Vec<Value> {
+    let first = match timestamp(&event["firstTimestamp"]) {
+        Some(first) => Some(first),
+        None => timestamp(&event["eventTime"]),
+    };
+    let series = &event["series"];
+    let (last, count) = if series.is_object() {
+        (
+            timestamp(&series["lastObservedTime"]),
+            series["count"].as_i64().unwrap_or(0),
+        )
+    } else {
+        let last = timestamp(&event["lastTimestamp"]).or(first);
+        (
+            last,
+            event["count"].as_i64().filter(|c| *c != 0).unwrap_or(1),
+        )
+    };
+    let regarding = &event["involvedObject"];
+    let kind = regarding["kind"]
+        .as_str()
+        .unwrap_or_default()
+        .to_lowercase();
+    let target = match non_empty(&regarding["name"]) {
+        Some(name) => format!("{kind}/{name}"),
+        None => kind,
+    };
+    let component = non_empty(&event["source"]["component"])
+        .or(non_empty(&event["reportingComponent"]))
+        .unwrap_or_default();
+    let source =
+        match non_empty(&event["source"]["host"]).or(non_empty(&event["reportingInstance"])) {
+            Some(instance) => format!("{component}, {instance}"),
+            None => component.to_owned(),
+        };
+    let field = |name: &str| text(event[name].as_str().unwrap_or_default());
+    vec![
+        text(&since(last, now)),
+        field("type"),
+        field("reason"),
+        text(&target),
+        text(regarding["fieldPath"].as_str().unwrap_or_default()),
+        text(&source),
+        text(event["message"].as_str().unwrap_or_default().trim()),
+        text(&since(first, now)),
+        json!(count),
+        name(event),
+    ]
+}
 
 fn text(value: &str) -> Value {
     Value::String(value.to_owned())
@@ -876,6 +968,53 @@ mod tests {
                             "stringData": {"a": "x", "b": "y"}});
         let cells = cells(&SECRET, secret, now);
         assert_eq!((&cells[1], &cells[2]), (&json!("Opaque"), &json!(2)));
+    }
+
+    #[test]
+    fn events_print_when_who_and_what_in_both_groups() {
+        let now = "2026-01-01T06:00:00Z";
+        let recorded = json!({
+            "metadata": {"name": "web.1"}, "type": "Warning", "reason": "MissingLabels",
+            "regarding": {"kind": "Deployment", "name": "web", "fieldPath": "spec"},
+            "note": " missing labels\n", "reportingController": "kubeplug",
+            "reportingInstance": "host-1", "eventTime": "2026-01-01T04:59:59.500000Z",
+        });
+        assert_eq!(
+            cells(&EVENT, recorded, now),
+            json!([
+                "60m",
+                "Warning",
+                "MissingLabels",
+                "deployment/web",
+                "spec",
+                "kubeplug, host-1",
+                "missing labels",
+                "60m",
+                1,
+                "web.1"
+            ])
+            .as_array()
+            .unwrap()
+            .clone()
+        );
+        let core = json!({
+            "metadata": {"name": "n.2"}, "type": "Normal", "reason": "Scaled",
+            "involvedObject": {"kind": "Namespace"}, "message": "m",
+            "source": {"component": "controller"},
+            "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T05:00:00Z",
+            "count": 4, "series": {"count": 9, "lastObservedTime": "2026-01-01T05:59:00.000000Z"},
+        });
+        let cells = cells(&CORE_EVENT, core, now);
+        assert_eq!(
+            (&cells[0], &cells[3], &cells[5], &cells[7], &cells[8]),
+            (
+                &json!("60s"),
+                &json!("namespace"),
+                &json!("controller"),
+                &json!("6h"),
+                &json!(9)
+            )
+        );
     }
 
     #[test]

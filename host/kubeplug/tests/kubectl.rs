@@ -297,6 +297,27 @@ fn plugins_see_kubectl_writes_and_kubectl_sees_plugin_writes() {
         core.starts_with("MissingLabels worker missing required labels"),
         "{core}"
     );
+    // And as kubectl prints Events from a real server: the columns of
+    // `kubectl get events`, a row per Event.
+    let table = served.ok(&["get", "events"]);
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+        "{table}"
+    );
+    assert!(
+        lines.any(|line| {
+            let cells: Vec<&str> = line.split_whitespace().collect();
+            cells.get(1..5) == Some(&["Warning", "MissingLabels", "deployment/worker", "missing"])
+        }),
+        "{table}"
+    );
 }
 
 #[test]

@@ -745,8 +745,9 @@ async fn an_informer_switches_to_whole_objects_and_back_without_a_lost_or_repeat
 const KUBECTL_TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,\
      application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 
-/// A table's column names and priorities, and its rows' cells without the `Age` column,
-/// whose cells must be the age of a new object (`0s` to `119s`).
+/// A table's column names and priorities, and its rows' cells without the columns of ages
+/// (`Age`, an Event's `Last Seen` and `First Seen`), whose cells must be the age of something
+/// new (`0s` to `119s`).
 fn table_cells(table: &serde_json::Value) -> (Vec<(String, u64)>, Vec<Vec<serde_json::Value>>) {
     assert_eq!(table["kind"], "Table", "{table}");
     assert_eq!(table["apiVersion"], "meta.k8s.io/v1");
@@ -764,7 +765,10 @@ fn table_cells(table: &serde_json::Value) -> (Vec<(String, u64)>, Vec<Vec<serde_
             )
         })
         .collect();
-    let age = columns.iter().position(|(name, _)| name == "Age");
+    let ages: Vec<usize> = (0..columns.len())
+        .rev()
+        .filter(|&i| ["Age", "Last Seen", "First Seen"].contains(&columns[i].0.as_str()))
+        .collect();
     let rows = table["rows"]
         .as_array()
         .unwrap()
@@ -772,7 +776,7 @@ fn table_cells(table: &serde_json::Value) -> (Vec<(String, u64)>, Vec<Vec<serde_
         .map(|row| {
             let mut cells = row["cells"].as_array().unwrap().clone();
             assert_eq!(cells.len(), columns.len(), "{row}");
-            if let Some(age) = age {
+            for &age in &ages {
                 let age = cells.remove(age);
                 let seconds = age.as_str().and_then(|a| a.strip_suffix('s'));
                 assert!(
@@ -1122,6 +1126,75 @@ async fn serves_kubectl_tables_with_the_real_servers_columns_and_cells(server: S
             .is_none_or(serde_json::Value::is_null),
         "{bare}"
     );
+
+    // Events: one printer for both groups, as on the real server.
+    let core_events = Resource::new("", "v1", "Event", "events", true);
+    cluster.serve(core_events.clone());
+    let now_micro = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
+        .to_string();
+    let recorded = json!({
+        "metadata": {"name": "audit.1", "namespace": namespace},
+        "eventTime": now_micro, "reportingController": "kubeplug", "reportingInstance": "host-1",
+        "action": "Audit", "reason": "MissingLabels", "type": "Warning",
+        "note": "  missing labels: x  ",
+        "regarding": {"kind": "Pod", "namespace": namespace, "name": "crashloop",
+                      "fieldPath": "spec.containers{a}"},
+    });
+    let new_events = Resource::new("events.k8s.io", "v1", "Event", "events", true);
+    cluster.create(&new_events, recorded).await;
+    let legacy = json!({
+        "metadata": {"name": "legacy.2", "namespace": namespace},
+        "involvedObject": {"kind": "Namespace", "namespace": namespace},
+        "reason": "Checked", "type": "Normal", "message": "ok", "count": 3,
+        "firstTimestamp": ago(0), "lastTimestamp": ago(0),
+        "source": {"component": "checker", "host": "node-a"},
+    });
+    cluster.create(&core_events, legacy).await;
+    let event_columns = names_and_priorities(&[
+        ("Last Seen", 0),
+        ("Type", 0),
+        ("Reason", 0),
+        ("Object", 0),
+        ("Subobject", 1),
+        ("Source", 1),
+        ("Message", 0),
+        ("First Seen", 1),
+        ("Count", 1),
+        ("Name", 1),
+    ]);
+    let event_rows = vec![
+        vec![
+            json!("Warning"),
+            json!("MissingLabels"),
+            json!("pod/crashloop"),
+            json!("spec.containers{a}"),
+            json!("kubeplug, host-1"),
+            json!("missing labels: x"),
+            json!(1),
+            json!("audit.1"),
+        ],
+        vec![
+            json!("Normal"),
+            json!("Checked"),
+            json!("namespace"),
+            json!(""),
+            json!("checker, node-a"),
+            json!("ok"),
+            json!(3),
+            json!("legacy.2"),
+        ],
+    ];
+    for events in [&new_events, &core_events] {
+        let (_, _, table) = cluster
+            .get_as(&collection(events, Some(&namespace)), KUBECTL_TABLE)
+            .await;
+        assert_eq!(
+            table_cells(&table),
+            (event_columns.clone(), event_rows.clone()),
+            "{table}"
+        );
+    }
 
     // A watch: one table per event, the column definitions in the first only.
     let version = table["metadata"]["resourceVersion"]
