@@ -1224,10 +1224,20 @@ async fn serves_kubectl_tables_with_the_real_servers_columns_and_cells(server: S
     assert!(next["columnDefinitions"].is_null(), "{next}");
     assert_eq!(next["rows"][0]["cells"][0], "third", "{next}");
 
-    // A streaming list is answered in objects, whatever the Accept.
+    // A streaming list is answered in objects, whatever the Accept. kube-apiserver on an
+    // etcd without `RequestWatchProgress` (Debian's 3.4, in CI) refuses one in the stream
+    // instead, with a Status: not a Table either.
     let streaming = format!(
         "{listed}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
     );
     let (_, _, first) = cluster.get_as(&streaming, KUBECTL_TABLE).await;
-    assert_eq!(first["object"]["kind"], "ConfigMap", "{first}");
+    let refused_by_etcd = matches!(cluster.backend, Backend::Real(_))
+        && first["type"] == "ERROR"
+        && first["object"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("RequestWatchProgress"));
+    assert!(
+        first["object"]["kind"] == "ConfigMap" || refused_by_etcd,
+        "{first}"
+    );
 }
