@@ -1,11 +1,11 @@
 //! The `meta.k8s.io/v1` `Table` form kubectl asks for first
 //! (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`), for the built-in types whose
 //! columns people read most: Pods, Deployments, Namespaces, ConfigMaps, Secrets and Events
-//! (core and `events.k8s.io`, one printer as in kube-apiserver), with the
-//! columns and cells kube-apiserver v1.32 prints for them (`-o wide`'s too, at priority 1,
-//! which kubectl shows only when asked). Other types get no table, and kubectl falls back to
-//! NAME and AGE. Written here because no Rust crate carries kube-apiserver's printers; the
-//! tests hold them to a real kube-apiserver's answers.
+//! (core and `events.k8s.io`: one printer, as in kube-apiserver), with the columns and cells
+//! kube-apiserver v1.32 prints for them (`-o wide`'s too, at priority 1, which kubectl shows
+//! only when asked). Other types get no table, and kubectl falls back to NAME and AGE.
+//! Written here because no Rust crate carries kube-apiserver's printers; the tests hold them
+//! to a real kube-apiserver's answers.
 //!
 //! A watch answers each event as a table of one row, the column definitions in the first
 //! only (`null` after, as kube-apiserver sends them); its bookmarks stay whole-object ones.
