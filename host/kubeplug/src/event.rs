@@ -14,6 +14,8 @@ const MAX_NOTE_BYTES: usize = 1024;
 pub(crate) struct NewEvent<'a> {
     /// The object concerned.
     pub(crate) regarding: &'a ObjectRef,
+    /// Its uid when known: `kubectl describe` finds an object's Events by uid.
+    pub(crate) regarding_uid: Option<&'a str>,
     /// Normal or Warning.
     pub(crate) severity: EventSeverity,
     /// CamelCase reason, also the Event's action.
@@ -45,7 +47,7 @@ impl NewEvent<'_> {
     /// writer chooses a suffix unique within its process).
     pub(crate) fn to_json(&self, name_suffix: u64) -> Value {
         let regarding = self.regarding;
-        serde_json::json!({
+        let mut event = serde_json::json!({
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
             "metadata": {
@@ -65,7 +67,11 @@ impl NewEvent<'_> {
             "action": self.reason,
             "reportingController": self.reporting_controller,
             "reportingInstance": self.reporting_instance,
-        })
+        });
+        if let Some(uid) = self.regarding_uid {
+            event["regarding"]["uid"] = Value::from(uid);
+        }
+        event
     }
 }
 
@@ -96,6 +102,7 @@ mod tests {
         let long = "é".repeat(MAX_NOTE_BYTES);
         let event = NewEvent {
             regarding: &regarding,
+            regarding_uid: None,
             severity: EventSeverity::Warning,
             reason: "Drained",
             message: &long,
@@ -106,6 +113,7 @@ mod tests {
         assert_eq!(event["metadata"]["name"], "n1.2a");
         assert_eq!(event["metadata"]["namespace"], "default");
         assert_eq!(event["regarding"]["namespace"], Value::Null);
+        assert_eq!(event["regarding"].get("uid"), None, "unknown, so left out");
         assert_eq!(event["type"], "Warning");
         let note = event["note"].as_str().unwrap();
         assert!(note.len() <= MAX_NOTE_BYTES && note.len() > MAX_NOTE_BYTES - 2);

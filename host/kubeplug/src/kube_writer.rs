@@ -181,6 +181,7 @@ impl KubeWriter {
             }
             Write::RecordEvent {
                 regarding,
+                regarding_uid,
                 severity,
                 reason,
                 message,
@@ -191,6 +192,7 @@ impl KubeWriter {
                 let resource = self.resource(&events, &what).await?;
                 let event = NewEvent {
                     regarding: &regarding,
+                    regarding_uid: regarding_uid.as_deref(),
                     severity,
                     reason: &reason,
                     message: &message,

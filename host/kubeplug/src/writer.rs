@@ -135,6 +135,7 @@ impl LocalWriter {
             }
             Write::RecordEvent {
                 regarding,
+                regarding_uid,
                 severity,
                 reason,
                 message,
@@ -143,6 +144,7 @@ impl LocalWriter {
                 let events = self.resource(&Gvk::new("events.k8s.io", "v1", "Event"))?;
                 let event = NewEvent {
                     regarding: &regarding,
+                    regarding_uid: regarding_uid.as_deref(),
                     severity,
                     reason: &reason,
                     message: &message,
@@ -341,6 +343,7 @@ mod tests {
                 "test",
                 Write::RecordEvent {
                     regarding: target.clone(),
+                    regarding_uid: None,
                     severity: EventSeverity::Warning,
                     reason: "MissingLabel".into(),
                     message: "no app label".into(),

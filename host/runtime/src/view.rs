@@ -141,6 +141,9 @@ pub enum Write {
     RecordEvent {
         /// The object concerned.
         regarding: ObjectRef,
+        /// Its uid, from the plugin's cache when the plugin reads its type and the object
+        /// is cached: `kubectl describe` finds an object's Events by uid.
+        regarding_uid: Option<String>,
         /// Normal or Warning.
         severity: EventSeverity,
         /// CamelCase reason.

@@ -358,6 +358,7 @@ async fn events_are_events_k8s_io_v1_objects(server: Server) {
                 "test",
                 Write::RecordEvent {
                     regarding: setup.target("web"),
+                    regarding_uid: Some("0b6b4a52-3d2f-4f0e-9c1a-2f1d5e7c9a10".into()),
                     severity: EventSeverity::Warning,
                     reason: "MissingLabels".into(),
                     message: "é".repeat(600),
@@ -385,7 +386,8 @@ async fn events_are_events_k8s_io_v1_objects(server: Server) {
     assert_eq!(
         event["regarding"],
         serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
-                           "namespace": setup.namespace, "name": "web"})
+                           "namespace": setup.namespace, "name": "web",
+                           "uid": "0b6b4a52-3d2f-4f0e-9c1a-2f1d5e7c9a10"})
     );
     for (field, value) in [
         ("type", "Warning"),

@@ -123,11 +123,35 @@ async fn label_audit_records_an_event_on_the_api_server(server: Server) {
         cluster.namespace.as_str(),
         "{event}"
     );
+    // With the uid from the cache, by which `kubectl describe` finds an object's Events.
+    let web = format!(
+        "/apis/apps/v1/namespaces/{}/deployments/web",
+        cluster.namespace
+    );
+    let web = cluster
+        .request(http::Method::GET, &web, None)
+        .await
+        .unwrap();
     assert_eq!(
         event["regarding"],
         serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
-                           "namespace": cluster.namespace, "name": "web"})
+                           "namespace": cluster.namespace, "name": "web",
+                           "uid": web["metadata"]["uid"]})
     );
+    if let Some(env) = cluster.envtest() {
+        let described = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(env.kubeconfig())
+            .args(["describe", "deployment", "web", "-n", &cluster.namespace])
+            .output()
+            .unwrap();
+        let described = String::from_utf8_lossy(&described.stdout);
+        let events = described.split("Events:").nth(1).unwrap_or_default();
+        assert!(
+            events.contains("Warning") && events.contains("MissingLabels"),
+            "kubectl describe shows label-audit's Event: {described}"
+        );
+    }
     assert_eq!(event["type"], "Warning", "{event}");
     assert_eq!(event["reason"], "MissingLabels", "{event}");
     assert_eq!(event["reportingController"], "kubeplug/label-audit");

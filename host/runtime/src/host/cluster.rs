@@ -230,6 +230,23 @@ impl StoreState {
         Ok(())
     }
 
+    /// The uid of the object `target` names, when the plugin may read its type, its cache
+    /// has synced and holds the object. Read from the host's cache, never from the plugin.
+    /// The cache is asked as a `cache` read asks it, which leases the type's informer: a
+    /// subscribed type's is the one already running.
+    fn cached_uid(&self, target: &ObjectRef) -> Option<String> {
+        let resource = &target.resource;
+        if !self.host.policy.may_read(resource) {
+            return None;
+        }
+        let indexer = self.host.cache.indexer(resource)?;
+        if !self.host.cache.has_synced(resource) {
+            return None;
+        }
+        let object = indexer.get(target.key().as_str())?;
+        object.uid().map(str::to_owned)
+    }
+
     /// The answer to a write while the plugin's writes are fenced.
     fn fenced(&self) -> Error {
         Error::Unavailable(format!(
@@ -362,6 +379,7 @@ impl Host for StoreState {
             Ok(regarding) => {
                 let resource = regarding.resource.clone();
                 let write = Write::RecordEvent {
+                    regarding_uid: self.cached_uid(&regarding),
                     regarding,
                     severity: match severity {
                         EventSeverity::Normal => view::EventSeverity::Normal,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Result;
 use kubeplug_memory::MemoryServer;
 use kubeplug_runtime::events::run_events;
+use kubeplug_runtime::view::Write;
 use kubeplug_runtime::{Grants, PluginLimits, WriteVerb};
 
 use crate::fixtures::*;
@@ -116,5 +117,40 @@ async fn writes_outside_the_hosts_namespace_are_refused() -> Result<()> {
     assert_eq!(plugin.status().denied, 1);
     informer.stop().await;
     driver.await?;
+    Ok(())
+}
+
+/// An Event names its object's uid as the host's cache holds it (the plugin passes none),
+/// for `kubectl describe`, which finds an object's Events by uid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_carries_the_uid_the_cache_holds() -> Result<()> {
+    let server = MemoryServer::new();
+    server.create(&pods(), &pod("p", &[], &[])).unwrap();
+    let (informer, mut receivers) = informer(&server, pods(), 1);
+    let recorder = Arc::new(Recorder::default());
+    let spec = spec(
+        "hostile-flood",
+        r#"{"writes": 1}"#,
+        BTreeMap::from([(gvk(&pods()), informer.indexer().clone())]),
+        recorder.clone(),
+        Grants::default().allow_write(gvk(&pods()), WriteVerb::RecordEvent),
+        PluginLimits::default(),
+    )?;
+    let plugin = Arc::new(runtime().load(spec).await?);
+    let driver = run_events(plugin.clone(), vec![receivers.remove(0)])?;
+    until("the Event is written", Duration::from_secs(30), || {
+        counter(&plugin, "written_total") > 0
+    })
+    .await?;
+    let cached = informer.indexer().get("ns/p").expect("the Pod is cached");
+    informer.stop().await;
+    driver.await?;
+    let writes = recorder.writes.lock().unwrap();
+    let uid = match &writes[..] {
+        [(_, Write::RecordEvent { regarding_uid, .. })] => regarding_uid.clone(),
+        other => panic!("one Event expected: {other:?}"),
+    };
+    assert!(cached.uid().is_some(), "the memory server assigns uids");
+    assert_eq!(uid.as_deref(), cached.uid());
     Ok(())
 }

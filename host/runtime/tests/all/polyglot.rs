@@ -126,14 +126,22 @@ fn object(kind: &str, ns: &str, name: &str, labels: &[(&str, &str)]) -> String {
     json!({
         "apiVersion": if kind == "Pod" { "v1" } else { "apps/v1" },
         "kind": kind,
-        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "metadata": {"name": name, "namespace": ns, "labels": labels, "uid": uid(ns, name)},
     })
     .to_string()
 }
 
-/// The Events a plugin recorded: (regarding, severity, reason, message), sorted, since the
-/// two subscriptions' batches interleave in no fixed order.
-fn recorded(recorder: &Recorder) -> Vec<(ObjectRef, EventSeverity, String, String)> {
+/// The uid of the test's object `ns/name`.
+fn uid(ns: &str, name: &str) -> String {
+    format!("uid-{ns}-{name}")
+}
+
+/// An Event a plugin recorded: regarding, its uid, severity, reason and message.
+type Recorded = (ObjectRef, Option<String>, EventSeverity, String, String);
+
+/// The Events a plugin recorded, sorted, since the two subscriptions' batches interleave in
+/// no fixed order.
+fn recorded(recorder: &Recorder) -> Vec<Recorded> {
     let mut events: Vec<_> = recorder
         .writes
         .lock()
@@ -142,12 +150,14 @@ fn recorded(recorder: &Recorder) -> Vec<(ObjectRef, EventSeverity, String, Strin
         .map(|(_, write)| match write {
             Write::RecordEvent {
                 regarding,
+                regarding_uid,
                 severity,
                 reason,
                 message,
                 ..
             } => (
                 regarding.clone(),
+                regarding_uid.clone(),
                 *severity,
                 reason.clone(),
                 message.clone(),
@@ -155,22 +165,18 @@ fn recorded(recorder: &Recorder) -> Vec<(ObjectRef, EventSeverity, String, Strin
             other => panic!("label-audit made a write other than an Event: {other:?}"),
         })
         .collect();
-    events.sort_by(|a, b| (&a.0, &a.2, &a.3).cmp(&(&b.0, &b.2, &b.3)));
+    events.sort_by(|a, b| (&a.0, &a.3, &a.4).cmp(&(&b.0, &b.3, &b.4)));
     events
 }
 
-fn missing(
-    kind: &Resource,
-    ns: &str,
-    name: &str,
-    labels: &str,
-) -> (ObjectRef, EventSeverity, String, String) {
+fn missing(kind: &Resource, ns: &str, name: &str, labels: &str) -> Recorded {
     (
         ObjectRef {
             resource: gvk(kind),
             namespace: Some(ns.to_owned()),
             name: name.to_owned(),
         },
+        Some(uid(ns, name)),
         EventSeverity::Warning,
         "MissingLabels".to_owned(),
         format!("missing required labels: {labels}"),
@@ -202,8 +208,11 @@ async fn label_audit_behaves_the_same_in_every_language() -> Result<()> {
         (gvk(&deployments()), deploy_informer.indexer().clone()),
         (gvk(&pods()), pod_informer.indexer().clone()),
     ]));
-    // Events on Pods are granted, on Deployments not: both paths of every port run.
-    let grants = Grants::default().allow_write(gvk(&pods()), WriteVerb::RecordEvent);
+    // Events on Pods are granted, on Deployments not: both paths of every port run. Reading
+    // Pods is granted, so their Events carry the uid the cache holds.
+    let grants = Grants::default()
+        .allow_write(gvk(&pods()), WriteVerb::RecordEvent)
+        .allow_read(gvk(&pods()));
     // Other keys and every kind of JSON value must be skipped, as serde skips them.
     let settings = r#"{"note": {"nested": [1, -2.5e3, null, true, false, "\u00e9\"\\"]},
                       "required_labels": ["app.kubernetes.io/name", "team"]}"#;
@@ -279,14 +288,24 @@ async fn label_audit_behaves_the_same_in_every_language() -> Result<()> {
         .unwrap();
     wait_for(8, "the live changes").await?;
 
+    // `bare` is deleted at once: by the time its Event is recorded the cache may no longer
+    // hold it, so whether its uid was known is left out.
+    let mut bare = missing(&pods(), "a", "bare", "app.kubernetes.io/name, team");
+    bare.1 = None;
     let expected = vec![
-        missing(&pods(), "a", "bare", "app.kubernetes.io/name, team"),
+        bare,
         missing(&pods(), "a", "web-1", "team"),
         missing(&pods(), "b", "worker-1", "app.kubernetes.io/name"),
     ];
     for (name, plugin, recorder) in &plugins {
         let status = plugin.status();
-        assert_eq!(recorded(recorder), expected, "{name} recorded other Events");
+        let mut events = recorded(recorder);
+        for event in &mut events {
+            if event.0.name == "bare" {
+                event.1 = None;
+            }
+        }
+        assert_eq!(events, expected, "{name} recorded other Events");
         assert_eq!(status.events_delivered, 8, "{name}");
         assert_eq!(
             (status.calls_failed, status.batches_skipped),
