@@ -23,8 +23,8 @@ use kubeplug_informer::source::{
     ListPage, ListRequest, ListerWatcher, SourceError, Status, WatchEvent, WatchRequest,
     WatchStream,
 };
-use kubeplug_memory::Call;
 use kubeplug_memory::status::Endpoint;
+use kubeplug_memory::{Call, SelectableFields};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
@@ -560,12 +560,18 @@ impl Ctx<'_> {
             Some(text) => Some(FieldSelector::parse(text).map_err(|e| error(400, e.to_string()))?),
             None => None,
         };
-        Ok(self.shared.memory.lister_watcher(
+        let lister = self.shared.memory.lister_watcher(
             self.storage.clone(),
             self.namespace(),
             labels,
             fields,
-        ))
+        );
+        Ok(match self.view {
+            View::Own => lister,
+            View::CoreEvents => {
+                lister.selecting_fields_as(SelectableFields::core_events_stored_as_events_k8s_io())
+            }
+        })
     }
 
     async fn list(&self) -> Response<Body> {

@@ -64,17 +64,6 @@ pub enum SelectorError {
         /// What is wrong with it.
         reason: &'static str,
     },
-    /// A field selector names a field other than `metadata.name` and `metadata.namespace`.
-    #[error(
-        "field selector {selector:?}: field {field:?} is not supported; \
-         use metadata.name or metadata.namespace"
-    )]
-    UnsupportedField {
-        /// The whole selector.
-        selector: String,
-        /// The unsupported field.
-        field: String,
-    },
 }
 
 /// Something with labels that a [`LabelSelector`] can test.

@@ -42,7 +42,8 @@ impl Served {
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web, namespace: default}\n\
              data: {greeting: hello}\n---\n\
              apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: worker, namespace: default}\n\
-             spec: {selector: {matchLabels: {app: worker}}, template: {metadata: {labels: {app: worker}}, \
+             spec: {replicas: 1, selector: {matchLabels: {app: worker}}, \
+             template: {metadata: {labels: {app: worker}}, \
              spec: {containers: [{name: w, image: busybox}]}}}\n---\n\
              apiVersion: v1\nkind: Pod\nmetadata: {name: worker-1, namespace: default, \
              labels: {app.kubernetes.io/name: worker}}\n\
@@ -317,6 +318,15 @@ fn plugins_see_kubectl_writes_and_kubectl_sees_plugin_writes() {
             cells.get(1..5) == Some(&["Warning", "MissingLabels", "deployment/worker", "missing"])
         }),
         "{table}"
+    );
+    // `kubectl describe` finds an object's Events with a field selector on the regarded
+    // object, its uid among them. (It reads `spec.replicas` unchecked: a real server
+    // defaults it, the local cluster does not, so the manifest above sets it.)
+    let described = served.ok(&["describe", "deployment", "worker"]);
+    let events = described.split("Events:").nth(1).unwrap_or_default();
+    assert!(
+        events.contains("Warning  MissingLabels") && events.contains("missing required labels"),
+        "{described}"
     );
 }
 

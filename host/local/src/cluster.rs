@@ -14,7 +14,7 @@ use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::selector::{FieldSelector, LabelSelector};
 use kubeplug_informer::source::{ListerWatcher, Status};
-use kubeplug_memory::{MemoryListerWatcher, MemoryServer};
+use kubeplug_memory::{MemoryListerWatcher, MemoryServer, SelectableFields};
 use serde::Deserialize as _;
 use tracing::info;
 
@@ -432,6 +432,12 @@ impl LocalCluster {
             .map(FieldSelector::parse)
             .transpose()
             .map_err(|e| unavailable(e.to_string()))?;
+        // Refused here, when the informer is made, rather than by every list it would try.
+        if let Some(fields) = &fields {
+            SelectableFields::of(&key.resource)
+                .check(fields)
+                .map_err(|message| unavailable(format!("field selector {fields}: {message}")))?;
+        }
         Ok(self
             .server
             .lister_watcher(key.resource.clone(), key.namespace.clone(), labels, fields))
@@ -614,6 +620,8 @@ pub fn scope_namespace(
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use kubeplug_informer::source::ListRequest;
+
     use super::*;
 
     pub(crate) fn write(dir: &Path, name: &str, text: &str) {
@@ -668,6 +676,56 @@ metadata:
         );
         let namespaces = Resource::new("", "v1", "Namespace", "namespaces", false);
         assert_eq!(keys(&cluster, &namespaces), ["team-a"]);
+    }
+
+    /// A subscription's field selector selects on what kube-apiserver selects the type on;
+    /// one naming a field the type lacks is refused when its informer is made, naming both.
+    #[tokio::test]
+    async fn field_selectors_select_as_kube_apiserver_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let pod = |name: &str, node: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\n\
+                 spec: {{nodeName: {node}, containers: [{{name: c, image: busybox}}]}}\n---\n"
+            )
+        };
+        write(
+            dir.path(),
+            "pods.yaml",
+            &(pod("a", "n1") + &pod("b", "n2") + TWO_DEPLOYMENTS),
+        );
+        let (cluster, report) = LocalCluster::open(dir.path()).unwrap();
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        let pods = Resource::new("", "v1", "Pod", "pods", true);
+        let on_node = InformerKey {
+            field_selector: Some("spec.nodeName=n2".into()),
+            ..InformerKey::all(pods)
+        };
+        let page = SourceProvider::lister_watcher(&cluster, &on_node)
+            .unwrap()
+            .list(ListRequest::default())
+            .await
+            .unwrap();
+        assert_eq!(page.items.len(), 1);
+        assert!(
+            String::from_utf8_lossy(&page.items[0]).contains(r#""name":"b""#),
+            "{:?}",
+            page.items[0]
+        );
+
+        let lacking = InformerKey {
+            field_selector: Some("status.replicas=1".into()),
+            ..InformerKey::all(deployments())
+        };
+        let Err(error) = SourceProvider::lister_watcher(&cluster, &lacking) else {
+            panic!("Deployments have no status.replicas field selector");
+        };
+        let error = error.to_string();
+        assert!(
+            error.contains("field selector status.replicas=1")
+                && error.contains(r#""status.replicas" is not a known field selector"#),
+            "{error}"
+        );
     }
 
     #[test]

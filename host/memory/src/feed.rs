@@ -18,6 +18,7 @@ use tokio::time::Sleep;
 use crate::faults::CutFlag;
 use crate::form::partial_object_metadata;
 use crate::render::{Render, render};
+use crate::selectable::SelectableFields;
 use crate::server::{Call, MemoryServer};
 use crate::state::{Change, Filter, Stored};
 
@@ -128,6 +129,19 @@ impl MemoryListerWatcher {
     /// `meta.k8s.io/v1` `PartialObjectMetadata`.
     pub fn metadata_only(mut self) -> Self {
         self.metadata_only = true;
+        self
+    }
+
+    /// Reads field selectors as `selectable` says rather than as the stored type's fields:
+    /// for a view of the objects as another type (core Events of `events.k8s.io` ones).
+    pub fn selecting_fields_as(mut self, selectable: SelectableFields) -> Self {
+        let filter = Filter {
+            namespace: self.filter.namespace.clone(),
+            labels: self.filter.labels.clone(),
+            fields: self.filter.fields.clone(),
+            selectable,
+        };
+        self.filter = Arc::new(filter);
         self
     }
 

@@ -25,6 +25,7 @@ mod feed;
 pub mod form;
 mod incoming;
 mod render;
+mod selectable;
 mod server;
 mod state;
 pub mod status;
@@ -32,4 +33,5 @@ pub mod status;
 #[cfg(feature = "faults")]
 pub use faults::{Fault, Garbage};
 pub use feed::MemoryListerWatcher;
+pub use selectable::SelectableFields;
 pub use server::{Call, MemoryServer, ServerConfig, Written};

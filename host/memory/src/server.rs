@@ -15,6 +15,7 @@ use kubeplug_informer::source::{Status, WatchEvent};
 use crate::feed::MemoryListerWatcher;
 use crate::incoming::{Incoming, already_exists, conflict, not_found};
 use crate::render::render;
+use crate::selectable::SelectableFields;
 use crate::state::{Filter, State};
 
 /// Settings of a [`MemoryServer`].
@@ -293,6 +294,7 @@ impl MemoryServer {
         field_selector: Option<FieldSelector>,
     ) -> MemoryListerWatcher {
         let table = self.lock().table(&resource);
+        let selectable = SelectableFields::of(&resource);
         MemoryListerWatcher {
             server: self.clone(),
             table,
@@ -301,6 +303,7 @@ impl MemoryServer {
                 namespace: namespace.filter(|ns| !ns.is_empty()),
                 labels: label_selector.filter(|s| !s.is_empty()),
                 fields: field_selector.filter(|s| !s.is_empty()),
+                selectable,
             }),
             metadata_only: false,
         }

@@ -21,6 +21,7 @@ use crate::faults::PendingFaults;
 use crate::feed::{Feed, Pending};
 use crate::incoming::bad_request;
 use crate::render::Render;
+use crate::selectable::SelectableFields;
 use crate::server::{Call, ServerConfig};
 
 /// Everything the server knows. A `std` mutex guards it: every critical section is a short
@@ -118,18 +119,38 @@ pub(crate) struct Filter {
     pub(crate) namespace: Option<String>,
     pub(crate) labels: Option<LabelSelector>,
     pub(crate) fields: Option<FieldSelector>,
+    /// The fields the type selects on, and where they are read.
+    pub(crate) selectable: SelectableFields,
 }
 
 impl Filter {
+    /// Refuses a field selector naming a field the type lacks, as kube-apiserver does.
+    pub(crate) fn check(&self) -> Result<(), SourceError> {
+        match &self.fields {
+            Some(fields) => self
+                .selectable
+                .check(fields)
+                .map_err(|message| SourceError::status(bad_request(message))),
+            None => Ok(()),
+        }
+    }
+
     pub(crate) fn matches(&self, key: &ObjectKey, object: &Stored) -> bool {
         self.namespace
             .as_deref()
             .is_none_or(|ns| key.namespace() == Some(ns))
-            && self.fields.as_ref().is_none_or(|f| f.matches_key(key))
             && self
                 .labels
                 .as_ref()
                 .is_none_or(|l| l.matches(&object.labels))
+            && self.fields.as_ref().is_none_or(|fields| {
+                if fields.reads_key_only() {
+                    return fields.matches(key, |_| None);
+                }
+                // Stored text is JSON, so UTF-8; a body field is read only when selected on.
+                let json = std::str::from_utf8(&object.json).unwrap_or_default();
+                self.selectable.matches(fields, key, json)
+            })
     }
 }
 
@@ -206,6 +227,7 @@ impl State {
         request: &ListRequest,
     ) -> Result<ListPage, SourceError> {
         self.faults.take_failure(Call::List)?;
+        filter.check()?;
         let current = self.revision;
         if let Some(text) = request.resource_version.as_deref() {
             // "Not older than": any version up to the current one is served the current state.
@@ -305,6 +327,7 @@ impl State {
         request: &WatchRequest,
     ) -> Result<Feed, SourceError> {
         self.faults.take_failure(Call::Watch)?;
+        filter.check()?;
         if request.send_initial_events && !self.config.streaming_list {
             return Err(SourceError::status(Status::new(
                 422,

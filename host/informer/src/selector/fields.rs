@@ -1,20 +1,24 @@
-//! Field selectors on `metadata.name` and `metadata.namespace`.
+//! Field selectors: `metadata.name` and `metadata.namespace`, which an object's key answers,
+//! and the other fields a server selects some types on (`spec.nodeName` of Pods).
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
 use super::SelectorError;
-use crate::object::{Object, ObjectKey};
+use crate::object::ObjectKey;
 
-/// A field selector on `metadata.name` and `metadata.namespace`.
+/// A field selector.
 ///
 /// Contract: [`parse`](Self::parse) accepts the API server's syntax, comma-separated
 /// `field=value`, `field==value` and `field!=value` terms (all must hold), with `\`, `,` and
-/// `=` in values escaped by a backslash; other fields are refused with
-/// [`SelectorError::UnsupportedField`] (a real server supports more per type; the in-memory
-/// server and the cache need only these two). A cluster-scoped object's namespace is `""`.
-/// The empty selector matches everything. [`Display`](fmt::Display) writes the canonical text,
-/// which parses back to an equal selector.
+/// `=` in values escaped by a backslash, and fields that are dotted names (`spec.nodeName`).
+/// Which fields a type supports is the server's to say, as kube-apiserver says it: a selector
+/// parses whatever it names, and a server refuses the fields its type lacks when asked.
+/// `metadata.name` and `metadata.namespace` are read from an object's key (a cluster-scoped
+/// object's namespace is `""`), every other field from its body, where an absent field reads
+/// as `""`. The empty selector matches everything. [`Display`](fmt::Display) writes the
+/// canonical text, which parses back to an equal selector.
 ///
 /// ```
 /// use kubeplug_informer::object::ObjectKey;
@@ -22,8 +26,14 @@ use crate::object::{Object, ObjectKey};
 ///
 /// let selector = FieldSelector::parse("metadata.namespace==prod, metadata.name!=canary").unwrap();
 /// assert_eq!(selector.to_string(), "metadata.name!=canary,metadata.namespace=prod");
-/// assert!(selector.matches_key(&ObjectKey::new(Some("prod"), "web")));
-/// assert!(!selector.matches_key(&ObjectKey::new(Some("prod"), "canary")));
+/// let no_body = |_: &str| None;
+/// assert!(selector.matches(&ObjectKey::new(Some("prod"), "web"), no_body));
+/// assert!(!selector.matches(&ObjectKey::new(Some("prod"), "canary"), no_body));
+///
+/// let on_node = FieldSelector::parse("spec.nodeName=node-1").unwrap();
+/// let key = ObjectKey::new(Some("prod"), "web-1");
+/// assert!(on_node.matches(&key, |field| (field == "spec.nodeName").then(|| "node-1".into())));
+/// assert!(!on_node.matches(&key, no_body));
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct FieldSelector {
@@ -40,10 +50,41 @@ struct FieldTerm {
     value: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Field {
     Name,
     Namespace,
+    /// Any other, read from the object's body: a dotted name.
+    Body(Box<str>),
+}
+
+impl Field {
+    fn parse(label: &str) -> Option<Self> {
+        Some(match label {
+            "metadata.name" => Field::Name,
+            "metadata.namespace" => Field::Namespace,
+            other => {
+                let dotted_name = other.split('.').all(|part| {
+                    !part.is_empty()
+                        && part
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                });
+                if !dotted_name {
+                    return None;
+                }
+                Field::Body(other.into())
+            }
+        })
+    }
+
+    fn label(&self) -> &str {
+        match self {
+            Field::Name => "metadata.name",
+            Field::Namespace => "metadata.namespace",
+            Field::Body(label) => label,
+        }
+    }
 }
 
 impl FieldSelector {
@@ -62,16 +103,12 @@ impl FieldSelector {
             }
             let (lhs, negated, rhs) = split_term(term)
                 .ok_or_else(|| syntax(term, "expected field=value or field!=value"))?;
-            let field = match lhs.trim() {
-                "metadata.name" => Field::Name,
-                "metadata.namespace" => Field::Namespace,
-                other => {
-                    return Err(SelectorError::UnsupportedField {
-                        selector: text.to_owned(),
-                        field: other.to_owned(),
-                    });
-                }
-            };
+            let field = Field::parse(lhs.trim()).ok_or_else(|| {
+                syntax(
+                    term,
+                    "a field is a dotted name of letters, digits, '_' and '-', like spec.nodeName",
+                )
+            })?;
             let value = unescape(rhs.trim()).map_err(|reason| syntax(term, reason))?;
             terms.push(FieldTerm {
                 field,
@@ -94,20 +131,35 @@ impl FieldSelector {
         self.terms.is_empty()
     }
 
-    /// Whether the object with this key matches (both fields are parts of the key).
-    pub fn matches_key(&self, key: &ObjectKey) -> bool {
-        self.terms.iter().all(|term| {
-            let actual = match term.field {
-                Field::Name => key.name(),
-                Field::Namespace => key.namespace().unwrap_or(""),
-            };
-            (actual == term.value) != term.negated
-        })
+    /// The fields it names, each once, in the order of their text (the order in which
+    /// kube-apiserver checks them, so the first it lacks is the one it names).
+    pub fn fields(&self) -> BTreeSet<&str> {
+        self.terms.iter().map(|term| term.field.label()).collect()
     }
 
-    /// Whether `object` matches.
-    pub fn matches_object(&self, object: &Object) -> bool {
-        self.matches_key(object.key())
+    /// Whether it names no field but `metadata.name` and `metadata.namespace`, so that an
+    /// object's key alone answers it.
+    pub fn reads_key_only(&self) -> bool {
+        self.terms
+            .iter()
+            .all(|term| !matches!(term.field, Field::Body(_)))
+    }
+
+    /// Whether the object with this key matches, `body_field` giving the value of each other
+    /// field it names (`None` for an absent field, which reads as `""`).
+    pub fn matches(
+        &self,
+        key: &ObjectKey,
+        mut body_field: impl FnMut(&str) -> Option<String>,
+    ) -> bool {
+        self.terms.iter().all(|term| {
+            let matched = match &term.field {
+                Field::Name => key.name() == term.value,
+                Field::Namespace => key.namespace().unwrap_or("") == term.value,
+                Field::Body(label) => body_field(label).unwrap_or_default() == term.value,
+            };
+            matched != term.negated
+        })
     }
 }
 
@@ -125,10 +177,7 @@ impl fmt::Display for FieldSelector {
             if i > 0 {
                 f.write_str(",")?;
             }
-            let field = match term.field {
-                Field::Name => "metadata.name",
-                Field::Namespace => "metadata.namespace",
-            };
+            let field = term.field.label();
             let op = if term.negated { "!=" } else { "=" };
             write!(f, "{field}{op}")?;
             for c in term.value.chars() {

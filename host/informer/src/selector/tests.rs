@@ -171,31 +171,64 @@ fn field_selectors() {
     let prod_web = ObjectKey::new(Some("prod"), "web");
     let node = ObjectKey::new(None, "node-1");
     let sel = |text: &str| FieldSelector::parse(text).unwrap_or_else(|e| panic!("{e}"));
-    assert!(sel("").matches_key(&prod_web));
-    assert!(sel("metadata.name=web").matches_key(&prod_web));
-    assert!(sel("metadata.name==web").matches_key(&prod_web));
-    assert!(!sel("metadata.name!=web").matches_key(&prod_web));
-    assert!(sel("metadata.namespace=prod,metadata.name=web").matches_key(&prod_web));
-    assert!(!sel("metadata.namespace=prod,metadata.name=api").matches_key(&prod_web));
-    assert!(sel("metadata.namespace=").matches_key(&node));
-    assert!(!sel("metadata.namespace=").matches_key(&prod_web));
-    assert!(sel(" metadata.name = node-1 ").matches_key(&node));
+    let on_key = |selector: FieldSelector, key: &ObjectKey| {
+        selector.matches(key, |field| panic!("{field} read from a body"))
+    };
+    assert!(on_key(sel(""), &prod_web));
+    assert!(on_key(sel("metadata.name=web"), &prod_web));
+    assert!(on_key(sel("metadata.name==web"), &prod_web));
+    assert!(!on_key(sel("metadata.name!=web"), &prod_web));
+    assert!(on_key(
+        sel("metadata.namespace=prod,metadata.name=web"),
+        &prod_web
+    ));
+    assert!(!on_key(
+        sel("metadata.namespace=prod,metadata.name=api"),
+        &prod_web
+    ));
+    assert!(on_key(sel("metadata.namespace="), &node));
+    assert!(!on_key(sel("metadata.namespace="), &prod_web));
+    assert!(on_key(sel(" metadata.name = node-1 "), &node));
     assert_eq!(
         sel("metadata.name=a\\,b").to_string(),
         "metadata.name=a\\,b"
     );
-    assert!(sel("metadata.name=a\\=b").matches_key(&ObjectKey::new(None, "a=b")));
+    assert!(on_key(
+        sel("metadata.name=a\\=b"),
+        &ObjectKey::new(None, "a=b")
+    ));
 
-    let err = FieldSelector::parse("metadata.name=a,spec.nodeName=n1").unwrap_err();
+    // Other fields come from the body; an absent one reads as "".
+    let pod = |field: &str| match field {
+        "spec.nodeName" => Some("n1".to_owned()),
+        "status.phase" => Some("Running".to_owned()),
+        _ => None,
+    };
+    let on_node = sel("metadata.name=web,spec.nodeName=n1");
+    assert!(!on_node.reads_key_only());
+    assert!(sel("metadata.name=web").reads_key_only());
+    assert!(on_node.matches(&prod_web, pod));
+    assert!(!on_node.matches(&prod_web, |_| None));
+    assert!(sel("status.phase!=Pending,spec.schedulerName=").matches(&prod_web, pod));
+    assert!(!sel("spec.nodeName!=n1").matches(&prod_web, pod));
     assert_eq!(
-        err,
-        SelectorError::UnsupportedField {
-            selector: "metadata.name=a,spec.nodeName=n1".into(),
-            field: "spec.nodeName".into()
-        }
+        on_node.fields().into_iter().collect::<Vec<_>>(),
+        ["metadata.name", "spec.nodeName"]
     );
-    assert!(err.to_string().contains("spec.nodeName"), "{err}");
-    for bad in ["metadata.name", "metadata.name=a=b", "metadata.name=a\\x"] {
+    assert_eq!(
+        sel("zeta=1,alpha.beta=2,metadata.namespace=x").to_string(),
+        "metadata.namespace=x,alpha.beta=2,zeta=1"
+    );
+
+    for bad in [
+        "metadata.name",
+        "metadata.name=a=b",
+        "metadata.name=a\\x",
+        "spec..nodeName=n1",
+        ".spec=1",
+        "spec.node name=n1",
+        "=x",
+    ] {
         let err = FieldSelector::parse(bad).unwrap_err();
         assert!(
             matches!(&err, SelectorError::FieldSyntax { selector, .. } if selector == bad),
@@ -363,7 +396,13 @@ fn field_selector_case(terms: &[(bool, bool, String)]) -> Result<(), TestCaseErr
             };
             (actual == value) != *negated
         });
-        prop_assert_eq!(selector.matches_key(&key), expected, "{} on {}", text, key);
+        prop_assert_eq!(
+            selector.matches(&key, |_| None),
+            expected,
+            "{} on {}",
+            text,
+            key
+        );
     }
     Ok(())
 }

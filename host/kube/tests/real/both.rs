@@ -54,6 +54,7 @@ on_both_servers!(
     a_metadata_only_informer_caches_metadata_alone,
     an_informer_switches_to_whole_objects_and_back_without_a_lost_or_repeated_event,
     serves_kubectl_tables_with_the_real_servers_columns_and_cells,
+    selects_on_the_fields_the_real_server_selects_on,
 );
 
 enum Backend {
@@ -1240,4 +1241,203 @@ async fn serves_kubectl_tables_with_the_real_servers_columns_and_cells(server: S
         first["object"]["kind"] == "ConfigMap" || refused_by_etcd,
         "{first}"
     );
+}
+
+/// Field selectors beyond the key, as kube-apiserver v1.32 answers them: a Pod's node, phase
+/// and host network; core Events by the object they regard (what `kubectl describe` asks
+/// for), `events.k8s.io` Events by `regarding`, one stored Event answering in both groups; a
+/// watch on a field, where an object that stops matching is `DELETED`; and a field the type
+/// lacks, refused in the real server's words.
+async fn selects_on_the_fields_the_real_server_selects_on(server: Server) {
+    use serde_json::json;
+    let Some(cluster) = Cluster::start(server).await else {
+        return;
+    };
+    let namespace = cluster.namespace("fields");
+    let pods = Resource::new("", "v1", "Pod", "pods", true);
+    let accounts = Resource::new("", "v1", "ServiceAccount", "serviceaccounts", true);
+    let core_events = Resource::new("", "v1", "Event", "events", true);
+    let new_events = Resource::new("events.k8s.io", "v1", "Event", "events", true);
+    cluster.serve(accounts.clone());
+    cluster.serve(core_events.clone());
+    // The real server admits a Pod only once its ServiceAccount exists.
+    let account = json!({"metadata": {"name": "default", "namespace": namespace}});
+    cluster.create(&accounts, account).await;
+    for (name, node, host_network) in [("a", "n1", true), ("b", "n2", false)] {
+        let pod = json!({
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"nodeName": node, "hostNetwork": host_network,
+                     "containers": [{"name": "c", "image": "busybox"}]},
+        });
+        cluster.create(&pods, pod).await;
+    }
+    let running = json!({"phase": "Running", "podIP": "10.0.0.1", "podIPs": [{"ip": "10.0.0.1"}]});
+    cluster.patch_status(&pods, &namespace, "a", running).await;
+
+    // The names a list selects, sorted, and its resourceVersion; or the refusal.
+    let select = |collection: String, fields: &str| {
+        let path = format!("{collection}?fieldSelector={fields}");
+        let cluster = &cluster;
+        async move {
+            let (code, _, list) = cluster.get_as(&path, "application/json").await;
+            if code != 200 {
+                return Err((
+                    code,
+                    list["message"].as_str().unwrap_or_default().to_owned(),
+                ));
+            }
+            let mut names: Vec<String> = list["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|item| item["metadata"]["name"].as_str().unwrap().to_owned())
+                .collect();
+            names.sort();
+            let version = list["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            Ok((names, version))
+        }
+    };
+    let pods_in = collection(&pods, Some(&namespace));
+    for (fields, expected) in [
+        ("spec.nodeName=n1", vec!["a"]),
+        ("spec.nodeName!=n1", vec!["b"]),
+        ("spec.hostNetwork=true", vec!["a"]),
+        ("spec.hostNetwork=false", vec!["b"]),
+        ("status.phase=Running", vec!["a"]),
+        ("status.podIP=10.0.0.1,metadata.name=a", vec!["a"]),
+        // Accepted, and never set.
+        ("status.podIPs=", vec!["a", "b"]),
+        ("spec.nodeName=n1,status.phase!=Running", vec![]),
+    ] {
+        let (names, _) = select(pods_in.clone(), fields).await.unwrap();
+        assert_eq!(names, expected, "pods with {fields}");
+    }
+
+    let regarding_a = json!({"kind": "Pod", "namespace": namespace, "name": "a", "uid": "uid-a",
+                             "apiVersion": "v1"});
+    let legacy = json!({
+        "metadata": {"name": "legacy.1", "namespace": namespace},
+        "involvedObject": regarding_a,
+        "reason": "Started", "type": "Normal", "message": "started",
+        "source": {"component": "kubelet"},
+    });
+    cluster.create(&core_events, legacy).await;
+    let warning = json!({
+        "metadata": {"name": "legacy.2", "namespace": namespace},
+        "involvedObject": {"kind": "Pod", "namespace": namespace, "name": "b", "uid": "uid-b"},
+        "reason": "BackOff", "type": "Warning", "message": "back-off",
+        "source": {"component": "kubelet"},
+    });
+    cluster.create(&core_events, warning).await;
+    let now_micro = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
+        .to_string();
+    let recorded = json!({
+        "metadata": {"name": "audit.1", "namespace": namespace},
+        "eventTime": now_micro, "reportingController": "kubeplug/audit",
+        "reportingInstance": "host-1", "action": "Audit", "reason": "MissingLabels",
+        "type": "Warning", "note": "missing labels: x", "regarding": regarding_a,
+    });
+    cluster.create(&new_events, recorded).await;
+    let core_in = collection(&core_events, Some(&namespace));
+    let describe = format!(
+        "involvedObject.name=a,involvedObject.namespace={namespace},involvedObject.kind=Pod,\
+         involvedObject.uid=uid-a"
+    );
+    for (fields, expected) in [
+        (describe.as_str(), vec!["audit.1", "legacy.1"]),
+        ("source=kubelet", vec!["legacy.1", "legacy.2"]),
+        ("type=Warning,involvedObject.name!=b", vec!["audit.1"]),
+        ("reportingComponent=kubeplug/audit", vec!["audit.1"]),
+        ("reason=BackOff", vec!["legacy.2"]),
+    ] {
+        let (names, _) = select(core_in.clone(), fields).await.unwrap();
+        assert_eq!(names, expected, "core Events with {fields}");
+    }
+    let new_in = collection(&new_events, Some(&namespace));
+    for (fields, expected) in [
+        ("regarding.name=b", vec!["legacy.2"]),
+        ("reportingController=kubeplug/audit", vec!["audit.1"]),
+        ("regarding.uid=uid-a,type=Normal", vec!["legacy.1"]),
+    ] {
+        let (names, _) = select(new_in.clone(), fields).await.unwrap();
+        assert_eq!(names, expected, "events.k8s.io Events with {fields}");
+    }
+
+    let lacking = [
+        (
+            pods_in.clone(),
+            "spec.priorityClassName=x,status.phase=Running",
+            "field label not supported: spec.priorityClassName",
+        ),
+        (
+            pods_in.clone(),
+            "status.phase=x,spec.x=y,spec.a=b",
+            "field label not supported: spec.a",
+        ),
+        (
+            collection(
+                &Resource::new("", "v1", "ConfigMap", "configmaps", true),
+                Some(&namespace),
+            ),
+            "data.x=y",
+            r#""data.x" is not a known field selector: only "metadata.name", "metadata.namespace""#,
+        ),
+        (
+            collection(
+                &Resource::new("", "v1", "Namespace", "namespaces", false),
+                None,
+            ),
+            "metadata.namespace=x",
+            "field label not supported: metadata.namespace",
+        ),
+        (
+            core_in.clone(),
+            "regarding.kind=Pod",
+            "field label not supported: regarding.kind",
+        ),
+        (
+            new_in.clone(),
+            "source=kubelet",
+            "field label not supported: source",
+        ),
+    ];
+    for (collection, fields, message) in lacking {
+        let refused = select(collection.clone(), fields).await.unwrap_err();
+        assert_eq!(
+            refused,
+            (400, message.to_owned()),
+            "{collection} with {fields}"
+        );
+    }
+
+    // A watch on a field: a Pod that stops matching is DELETED, one that starts is ADDED.
+    let (_, version) = select(pods_in.clone(), "status.phase=Running")
+        .await
+        .unwrap();
+    let watch =
+        format!("{pods_in}?watch=1&resourceVersion={version}&fieldSelector=status.phase=Running");
+    let watching = cluster.lines_as(&watch, "application/json", 2);
+    let changing = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let finished = json!({"phase": "Succeeded"});
+        cluster.patch_status(&pods, &namespace, "a", finished).await;
+        let started = json!({"phase": "Running"});
+        cluster.patch_status(&pods, &namespace, "b", started).await;
+    };
+    let ((code, _, events), ()) = tokio::join!(watching, changing);
+    assert_eq!(code, 200);
+    let seen: Vec<(&str, &str)> = events
+        .iter()
+        .map(|event| {
+            (
+                event["type"].as_str().unwrap(),
+                event["object"]["metadata"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(seen, [("DELETED", "a"), ("ADDED", "b")], "{events:?}");
 }
