@@ -1130,7 +1130,13 @@ mod tests {
         let mut raw = raw();
         raw.subscriptions[0].namespace = Some(String::new());
         raw.subscriptions[0].label_selector = Some(String::new());
+        // Fields beyond the key's two are the server's to accept: one node's Pods.
+        raw.subscriptions[0].field_selector = Some("spec.nodeName=node-1".to_owned());
         let checked = Description::check(raw, &DescriptionBounds::default()).unwrap();
+        assert_eq!(
+            checked.subscriptions[0].field_selector.as_deref(),
+            Some("spec.nodeName=node-1")
+        );
         assert_eq!(checked.delivery, Delivery::Reconcile { workers: 1 });
         assert_eq!(checked.subscriptions[0].namespace, None);
         assert_eq!(checked.subscriptions[0].label_selector, None);
@@ -1261,6 +1267,9 @@ mod tests {
         assert!(refusal(r).starts_with("subscriptions: "));
         let mut r = raw();
         r.subscriptions[0].field_selector = Some("metadata.name".to_owned());
+        assert!(refusal(r).starts_with("subscriptions[0].field-selector (v1/Pod): "));
+        let mut r = raw();
+        r.subscriptions[0].field_selector = Some("spec..nodeName=n1".to_owned());
         assert!(refusal(r).starts_with("subscriptions[0].field-selector (v1/Pod): "));
         let mut r = raw();
         r.indexes = vec![
