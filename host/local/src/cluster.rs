@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
 
 use kubeplug_informer::factory::{FactoryError, InformerKey, SourceProvider};
 use kubeplug_informer::object::ObjectKey;
@@ -146,6 +147,9 @@ pub struct ScanReport {
     pub deleted: usize,
     /// Problems found, each naming its file.
     pub errors: Vec<LocalError>,
+    /// Files written too recently to be taken as whole (a writer may have truncated one and
+    /// not yet written it again) were left as they were: scan again after this long.
+    pub recheck_after: Option<Duration>,
 }
 
 /// A directory of manifests served as a cluster. Cheap to clone.
@@ -153,7 +157,9 @@ pub struct ScanReport {
 /// Contract: after [`rescan`](Self::rescan) the server holds exactly the objects the
 /// directory's readable manifests declare (first file wins on duplicates), plus whatever
 /// clients wrote since and no file overrides; a file that fails to parse keeps its previous
-/// objects. Namespaced objects without a namespace go to `default`, as with kubectl.
+/// objects, and while [`watch`](Self::watch) follows the directory, a file written less than
+/// a moment ago keeps them until it settles. Namespaced objects without a namespace go to
+/// `default`, as with kubectl.
 #[derive(Clone)]
 pub struct LocalCluster {
     /// The manifest directories and files served.
@@ -234,6 +240,16 @@ impl LocalCluster {
     /// Brings the server in line with the directory, counting the scan under `reason`.
     /// Blocking file I/O: call it off the async threads (the watcher does).
     pub fn rescan(&self, reason: ScanReason) -> ScanReport {
+        self.scan(reason, Duration::ZERO)
+    }
+
+    /// [`rescan`](Self::rescan), except that a file whose content changed less than `settle`
+    /// ago is left as it was and named in [`ScanReport::recheck_after`]. Editors and
+    /// `std::fs::write` truncate a file before writing it again; a scan in between would
+    /// read it empty (or cut short) and delete its objects, only to create them again at the
+    /// next scan, and every plugin would see both. A file whose mtime lies in the future is
+    /// taken as it is: its age cannot be judged, and waiting could last forever.
+    pub(crate) fn scan(&self, reason: ScanReason, settle: Duration) -> ScanReport {
         self.scans.count(reason);
         let mut report = ScanReport::default();
         let mut paths = Vec::new();
@@ -257,8 +273,8 @@ impl LocalCluster {
         // Read what changed; parse it into documents.
         let mut changed: Vec<(PathBuf, u64, Vec<serde_json::Value>)> = Vec::new();
         for path in &paths {
-            let bytes = match read_manifest(path) {
-                Ok(bytes) => bytes,
+            let Manifest { bytes, modified } = match read_manifest(path) {
+                Ok(manifest) => manifest,
                 Err(error) => {
                     report.errors.push(error);
                     continue;
@@ -270,6 +286,12 @@ impl LocalCluster {
                 .get(path)
                 .is_some_and(|f| f.content_hash == hash)
             {
+                continue;
+            }
+            let age = modified.and_then(|m| SystemTime::now().duration_since(m).ok());
+            if let Some(age) = age.filter(|age| *age < settle) {
+                let wait = settle - age;
+                report.recheck_after = Some(report.recheck_after.map_or(wait, |w| w.max(wait)));
                 continue;
             }
             match parse_documents(&bytes) {
@@ -457,10 +479,17 @@ impl SourceProvider for LocalCluster {
     }
 }
 
-/// The bytes of the manifest `path`, if it is a regular file of at most
-/// [`MAX_MANIFEST_BYTES`]. The bound is applied while reading too, as the file may grow or
-/// be replaced between the check and the read.
-fn read_manifest(path: &Path) -> Result<Vec<u8>, LocalError> {
+/// A manifest file as one scan read it.
+struct Manifest {
+    bytes: Vec<u8>,
+    /// When it was last written, where the file system keeps that.
+    modified: Option<SystemTime>,
+}
+
+/// The manifest `path`, if it is a regular file of at most [`MAX_MANIFEST_BYTES`]. The bound
+/// is applied while reading too, as the file may grow or be replaced between the check and
+/// the read.
+fn read_manifest(path: &Path) -> Result<Manifest, LocalError> {
     use std::io::Read as _;
     let unreadable = |reason: String| LocalError::Unreadable {
         path: path.to_owned(),
@@ -485,13 +514,16 @@ fn read_manifest(path: &Path) -> Result<Vec<u8>, LocalError> {
         return Err(too_large(metadata.len()));
     }
     let mut bytes = Vec::with_capacity(metadata.len() as usize);
-    file.take(MAX_MANIFEST_BYTES + 1)
+    (&file)
+        .take(MAX_MANIFEST_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(read_error)?;
     if bytes.len() as u64 > MAX_MANIFEST_BYTES {
         return Err(too_large(bytes.len() as u64));
     }
-    Ok(bytes)
+    // Asked after reading, so that a write during the read counts as recent.
+    let modified = file.metadata().map_err(read_error)?.modified().ok();
+    Ok(Manifest { bytes, modified })
 }
 
 /// Manifest files under `dir`, recursively; hidden entries and other extensions are skipped.
@@ -825,6 +857,57 @@ metadata:
         );
         cluster.rescan(ScanReason::Requested);
         assert_eq!(created("old").as_deref(), Some("2020-01-01T00:00:00Z"));
+    }
+
+    /// The flake this fixed: a scan between `std::fs::write`'s truncation and its write read
+    /// the file empty and deleted its Deployment, then created it again.
+    #[test]
+    fn a_file_caught_halfway_through_a_write_keeps_its_objects_until_it_settles() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "apps.yaml", TWO_DEPLOYMENTS);
+        let (cluster, _) = LocalCluster::open(dir.path()).unwrap();
+        let path = dir.path().join("apps.yaml");
+        let both = vec!["default/web".to_owned(), "team-a/api".to_owned()];
+        let settle = Duration::from_secs(60);
+        let written_ago = |ago: Duration| {
+            let file = std::fs::File::options().write(true).open(&path).unwrap();
+            file.set_modified(SystemTime::now() - ago).unwrap();
+        };
+
+        // Truncated, then cut off inside the second document: both left as they were.
+        std::fs::File::create(&path).unwrap();
+        let report = cluster.scan(ScanReason::Event, settle);
+        assert_eq!((report.applied, report.deleted), (0, 0));
+        assert!(report.recheck_after.is_some_and(|wait| wait <= settle));
+        assert_eq!(keys(&cluster, &deployments()), both);
+        write(dir.path(), "apps.yaml", &TWO_DEPLOYMENTS[..100]);
+        let report = cluster.scan(ScanReason::Retry, settle);
+        assert_eq!((report.applied, report.deleted), (0, 0));
+        assert_eq!(keys(&cluster, &deployments()), both);
+
+        // Settled as it is: taken as it is.
+        written_ago(settle);
+        let report = cluster.scan(ScanReason::Retry, settle);
+        assert_eq!((report.deleted, report.recheck_after), (1, None));
+        assert_eq!(keys(&cluster, &deployments()), ["default/web"]);
+
+        // A recent file elsewhere does not hold back a settled one, and an mtime in the
+        // future (a copy from a skewed clock) is taken at once.
+        write(dir.path(), "apps.yaml", "");
+        written_ago(settle * 2);
+        write(dir.path(), "more.yaml", TWO_DEPLOYMENTS);
+        let report = cluster.scan(ScanReason::Event, settle);
+        assert_eq!((report.applied, report.deleted), (0, 1));
+        assert!(report.recheck_after.is_some());
+        let file = std::fs::File::options()
+            .write(true)
+            .open(dir.path().join("more.yaml"));
+        file.unwrap()
+            .set_modified(SystemTime::now() + settle)
+            .unwrap();
+        let report = cluster.scan(ScanReason::Retry, settle);
+        assert_eq!((report.applied, report.recheck_after), (2, None));
+        assert_eq!(keys(&cluster, &deployments()), both);
     }
 
     #[test]

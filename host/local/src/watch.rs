@@ -22,7 +22,8 @@ use crate::LocalCluster;
 /// volumes where notifications go missing.
 pub(crate) const RESCAN_EVERY: Duration = Duration::from_secs(30);
 
-/// How long to wait after a file-system event for the burst of writes to settle.
+/// How long to wait after a file-system event for the burst of writes to settle; also how
+/// long ago a file must have been written for a scan to take it as whole.
 const DEBOUNCE: Duration = Duration::from_millis(150);
 
 /// Whether an event of `kind` can change what a scan of the files would find: a file created,
@@ -105,8 +106,12 @@ impl ScanCounts {
 enum State {
     /// Scan now, for this reason.
     Scan(ScanReason),
-    /// Wait for a file-system event, or the periodic rescan at `rescan_at`.
-    Wait { rescan_at: Instant },
+    /// Wait for a file-system event, the periodic rescan at `rescan_at`, or a look at files
+    /// still being written at `retry_at`.
+    Wait {
+        rescan_at: Instant,
+        retry_at: Option<Instant>,
+    },
 }
 
 impl LocalCluster {
@@ -151,19 +156,29 @@ impl LocalCluster {
                 state = match state {
                     State::Scan(reason) => {
                         let scanning = cluster.clone();
-                        match tokio::task::spawn_blocking(move || scanning.rescan(reason)).await {
+                        let scanned =
+                            tokio::task::spawn_blocking(move || scanning.scan(reason, DEBOUNCE));
+                        let retry_at = match scanned.await {
                             Ok(report) => {
                                 for error in &report.errors {
                                     warn!(%error, "local cluster");
                                 }
+                                report.recheck_after.map(|wait| Instant::now() + wait)
                             }
-                            Err(error) => warn!(%error, "local cluster rescan panicked"),
-                        }
+                            Err(error) => {
+                                warn!(%error, "local cluster rescan panicked");
+                                None
+                            }
+                        };
                         State::Wait {
                             rescan_at: Instant::now() + RESCAN_EVERY,
+                            retry_at,
                         }
                     }
-                    State::Wait { rescan_at } => tokio::select! {
+                    State::Wait {
+                        rescan_at,
+                        retry_at,
+                    } => tokio::select! {
                         biased;
                         () = cancel.cancelled() => return,
                         Some(()) = rx.recv() => {
@@ -175,6 +190,9 @@ impl LocalCluster {
                             // What arrived while debouncing is covered by this scan.
                             let _ = rx.try_recv();
                             State::Scan(ScanReason::Event)
+                        }
+                        () = tokio::time::sleep_until(retry_at.unwrap_or(rescan_at)), if retry_at.is_some() => {
+                            State::Scan(ScanReason::Retry)
                         }
                         () = tokio::time::sleep_until(rescan_at) => State::Scan(ScanReason::Rescan),
                     },
