@@ -92,6 +92,15 @@ pub const SCENARIOS: &[Scenario] = &[
         features: &[],
     },
     Scenario {
+        name: "field-select",
+        package: "kubeplug-memory",
+        bench: "field_select",
+        kind: Kind::Bench,
+        one_core: true,
+        quick: &[("KUBEPLUG_BENCH_OBJECTS", "2000")],
+        features: &[],
+    },
+    Scenario {
         name: "wire",
         package: "kubeplug-kube",
         bench: "wire",

@@ -18,10 +18,10 @@ tasks:
                            handler.c, handler.js or handler.py
   bench [SCENARIO...] [--quick]
                            run the benchmarks in release (all scenarios when none is given:
-                           pipeline, decode, wire, cache-memory, crossing, pipeline-wasm, fan-out,
-                           languages, kube-sync, workqueue, hot-swap; one-core ones under
-                           taskset -c 0), print a table of their figures against the
-                           targets, and write it with the machine's description to
+                           pipeline, decode, field-select, wire, cache-memory, crossing,
+                           pipeline-wasm, fan-out, languages, kube-sync, workqueue, hot-swap;
+                           one-core ones under taskset -c 0), print a table of their figures
+                           against the targets, and write it with the machine's description to
                            target/bench/<date>.json; --quick: tiny sizes.
                            See benches/README.md
   help                     this text";
