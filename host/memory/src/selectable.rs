@@ -4,6 +4,7 @@
 //! kube source's real-server tests hold this server to; no crate carries them.
 
 use std::borrow::Cow;
+use std::sync::LazyLock;
 
 use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
@@ -11,17 +12,38 @@ use kubeplug_informer::selector::FieldSelector;
 use kubeplug_json::path::{FieldPath, Found};
 
 /// Where a selectable field's value is, and how it reads as text.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 enum Read {
     /// A string at this path; absent, `""`.
-    Text(&'static str),
+    Text(FieldPath),
     /// A boolean at this path, `true` or `false`; absent, `false`.
-    Flag(&'static str),
+    Flag(FieldPath),
     /// An integer at this path, in decimal; absent, `0`.
-    Count(&'static str),
+    Count(FieldPath),
     /// Accepted, but not in the server's field set: always `""` (a Pod's `status.podIPs`).
     Unset,
 }
+
+fn text(path: &str) -> Read {
+    Read::Text(parsed(path))
+}
+
+fn flag(path: &str) -> Read {
+    Read::Flag(parsed(path))
+}
+
+fn count(path: &str) -> Read {
+    Read::Count(parsed(path))
+}
+
+fn parsed(path: &str) -> FieldPath {
+    FieldPath::parse(path).expect("the tables' paths are valid")
+}
+
+/// One type's selectable fields beyond the key's: each name in selectors, and where its value
+/// is read. Parsed once per process, on first use: selectors are matched per object and per
+/// watch event.
+type Table = LazyLock<Vec<(&'static str, Read)>>;
 
 /// The selectable fields of one type, as kube-apiserver's field label conversion for it
 /// accepts them and its field set reads them.
@@ -39,125 +61,123 @@ pub struct SelectableFields {
     namespace: bool,
 }
 
-const POD: &[(&str, Read)] = &[
-    ("spec.nodeName", Read::Text("spec.nodeName")),
-    ("spec.restartPolicy", Read::Text("spec.restartPolicy")),
-    ("spec.schedulerName", Read::Text("spec.schedulerName")),
-    (
-        "spec.serviceAccountName",
-        Read::Text("spec.serviceAccountName"),
-    ),
-    ("spec.hostNetwork", Read::Flag("spec.hostNetwork")),
-    ("status.phase", Read::Text("status.phase")),
-    ("status.podIP", Read::Text("status.podIP")),
-    ("status.podIPs", Read::Unset),
-    (
-        "status.nominatedNodeName",
-        Read::Text("status.nominatedNodeName"),
-    ),
-];
+static POD: Table = LazyLock::new(|| {
+    vec![
+        ("spec.nodeName", text("spec.nodeName")),
+        ("spec.restartPolicy", text("spec.restartPolicy")),
+        ("spec.schedulerName", text("spec.schedulerName")),
+        ("spec.serviceAccountName", text("spec.serviceAccountName")),
+        ("spec.hostNetwork", flag("spec.hostNetwork")),
+        ("status.phase", text("status.phase")),
+        ("status.podIP", text("status.podIP")),
+        ("status.podIPs", Read::Unset),
+        ("status.nominatedNodeName", text("status.nominatedNodeName")),
+    ]
+});
 
 /// Core `v1` Events.
-const CORE_EVENT: &[(&str, Read)] = &[
-    ("involvedObject.kind", Read::Text("involvedObject.kind")),
-    (
-        "involvedObject.namespace",
-        Read::Text("involvedObject.namespace"),
-    ),
-    ("involvedObject.name", Read::Text("involvedObject.name")),
-    ("involvedObject.uid", Read::Text("involvedObject.uid")),
-    (
-        "involvedObject.apiVersion",
-        Read::Text("involvedObject.apiVersion"),
-    ),
-    (
-        "involvedObject.resourceVersion",
-        Read::Text("involvedObject.resourceVersion"),
-    ),
-    (
-        "involvedObject.fieldPath",
-        Read::Text("involvedObject.fieldPath"),
-    ),
-    ("reason", Read::Text("reason")),
-    ("reportingComponent", Read::Text("reportingComponent")),
-    ("source", Read::Text("source.component")),
-    ("type", Read::Text("type")),
-];
+static CORE_EVENT: Table = LazyLock::new(|| {
+    vec![
+        ("involvedObject.kind", text("involvedObject.kind")),
+        ("involvedObject.namespace", text("involvedObject.namespace")),
+        ("involvedObject.name", text("involvedObject.name")),
+        ("involvedObject.uid", text("involvedObject.uid")),
+        (
+            "involvedObject.apiVersion",
+            text("involvedObject.apiVersion"),
+        ),
+        (
+            "involvedObject.resourceVersion",
+            text("involvedObject.resourceVersion"),
+        ),
+        ("involvedObject.fieldPath", text("involvedObject.fieldPath")),
+        ("reason", text("reason")),
+        ("reportingComponent", text("reportingComponent")),
+        ("source", text("source.component")),
+        ("type", text("type")),
+    ]
+});
 
 /// `events.k8s.io/v1` Events.
-const EVENT: &[(&str, Read)] = &[
-    ("regarding.kind", Read::Text("regarding.kind")),
-    ("regarding.namespace", Read::Text("regarding.namespace")),
-    ("regarding.name", Read::Text("regarding.name")),
-    ("regarding.uid", Read::Text("regarding.uid")),
-    ("regarding.apiVersion", Read::Text("regarding.apiVersion")),
-    (
-        "regarding.resourceVersion",
-        Read::Text("regarding.resourceVersion"),
-    ),
-    ("regarding.fieldPath", Read::Text("regarding.fieldPath")),
-    ("reason", Read::Text("reason")),
-    ("reportingController", Read::Text("reportingController")),
-    ("type", Read::Text("type")),
-];
+static EVENT: Table = LazyLock::new(|| {
+    vec![
+        ("regarding.kind", text("regarding.kind")),
+        ("regarding.namespace", text("regarding.namespace")),
+        ("regarding.name", text("regarding.name")),
+        ("regarding.uid", text("regarding.uid")),
+        ("regarding.apiVersion", text("regarding.apiVersion")),
+        (
+            "regarding.resourceVersion",
+            text("regarding.resourceVersion"),
+        ),
+        ("regarding.fieldPath", text("regarding.fieldPath")),
+        ("reason", text("reason")),
+        ("reportingController", text("reportingController")),
+        ("type", text("type")),
+    ]
+});
 
 /// Core Events' fields read from `events.k8s.io/v1` Events, as an API server that stores
 /// Events once serves them in both groups.
-const CORE_EVENT_OF_EVENT: &[(&str, Read)] = &[
-    ("involvedObject.kind", Read::Text("regarding.kind")),
-    (
-        "involvedObject.namespace",
-        Read::Text("regarding.namespace"),
-    ),
-    ("involvedObject.name", Read::Text("regarding.name")),
-    ("involvedObject.uid", Read::Text("regarding.uid")),
-    (
-        "involvedObject.apiVersion",
-        Read::Text("regarding.apiVersion"),
-    ),
-    (
-        "involvedObject.resourceVersion",
-        Read::Text("regarding.resourceVersion"),
-    ),
-    (
-        "involvedObject.fieldPath",
-        Read::Text("regarding.fieldPath"),
-    ),
-    ("reason", Read::Text("reason")),
-    ("reportingComponent", Read::Text("reportingController")),
-    ("source", Read::Text("deprecatedSource.component")),
-    ("type", Read::Text("type")),
-];
+static CORE_EVENT_OF_EVENT: Table = LazyLock::new(|| {
+    vec![
+        ("involvedObject.kind", text("regarding.kind")),
+        ("involvedObject.namespace", text("regarding.namespace")),
+        ("involvedObject.name", text("regarding.name")),
+        ("involvedObject.uid", text("regarding.uid")),
+        ("involvedObject.apiVersion", text("regarding.apiVersion")),
+        (
+            "involvedObject.resourceVersion",
+            text("regarding.resourceVersion"),
+        ),
+        ("involvedObject.fieldPath", text("regarding.fieldPath")),
+        ("reason", text("reason")),
+        ("reportingComponent", text("reportingController")),
+        ("source", text("deprecatedSource.component")),
+        ("type", text("type")),
+    ]
+});
+
+static SECRET: Table = LazyLock::new(|| vec![("type", text("type"))]);
+
+static SERVICE: Table = LazyLock::new(|| {
+    vec![
+        ("spec.clusterIP", text("spec.clusterIP")),
+        ("spec.type", text("spec.type")),
+    ]
+});
+
+static REPLICATION_CONTROLLER: Table =
+    LazyLock::new(|| vec![("status.replicas", count("status.replicas"))]);
+
+static JOB: Table = LazyLock::new(|| vec![("status.successful", count("status.successful"))]);
+
+static NAMESPACE: Table = LazyLock::new(|| vec![("status.phase", text("status.phase"))]);
+
+static NODE: Table = LazyLock::new(|| vec![("spec.unschedulable", flag("spec.unschedulable"))]);
 
 impl SelectableFields {
     /// Those of `resource`'s type; a type kube-apiserver gives no fields of its own has
     /// `metadata.name` and `metadata.namespace` alone.
     pub fn of(resource: &Resource) -> Self {
-        let namespaced = |fields| Self {
+        let namespaced = |fields: &'static [(&'static str, Read)]| Self {
             fields,
             namespace: true,
         };
         match (resource.group.as_str(), resource.kind.as_str()) {
-            ("", "Pod") => namespaced(POD),
-            ("", "Event") => namespaced(CORE_EVENT),
-            ("events.k8s.io", "Event") => namespaced(EVENT),
-            ("", "Secret") => namespaced(&[("type", Read::Text("type"))]),
-            ("", "Service") => namespaced(&[
-                ("spec.clusterIP", Read::Text("spec.clusterIP")),
-                ("spec.type", Read::Text("spec.type")),
-            ]),
-            ("", "ReplicationController") => {
-                namespaced(&[("status.replicas", Read::Count("status.replicas"))])
-            }
-            ("batch", "Job") => {
-                namespaced(&[("status.successful", Read::Count("status.successful"))])
-            }
+            ("", "Pod") => namespaced(&POD),
+            ("", "Event") => namespaced(&CORE_EVENT),
+            ("events.k8s.io", "Event") => namespaced(&EVENT),
+            ("", "Secret") => namespaced(&SECRET),
+            ("", "Service") => namespaced(&SERVICE),
+            ("", "ReplicationController") => namespaced(&REPLICATION_CONTROLLER),
+            ("batch", "Job") => namespaced(&JOB),
             ("", "Namespace") => Self {
-                fields: &[("status.phase", Read::Text("status.phase"))],
+                fields: &NAMESPACE,
                 namespace: false,
             },
             ("", "Node") => Self {
-                fields: &[("spec.unschedulable", Read::Flag("spec.unschedulable"))],
+                fields: &NODE,
                 namespace: false,
             },
             _ => namespaced(&[]),
@@ -167,7 +187,7 @@ impl SelectableFields {
     /// Core `v1` Events' fields, read from the `events.k8s.io/v1` Events they are a view of.
     pub fn core_events_stored_as_events_k8s_io() -> Self {
         Self {
-            fields: CORE_EVENT_OF_EVENT,
+            fields: &CORE_EVENT_OF_EVENT,
             namespace: true,
         }
     }
@@ -204,26 +224,25 @@ impl SelectableFields {
     pub fn matches(&self, selector: &FieldSelector, key: &ObjectKey, json: &str) -> bool {
         let mut read: Vec<(&'static str, Option<String>)> = Vec::new();
         selector.matches(key, |field| {
-            let (name, how) = *self.fields.iter().find(|(name, _)| *name == field)?;
-            if let Some((_, value)) = read.iter().find(|(seen, _)| *seen == name) {
+            let (name, how) = self.fields.iter().find(|(name, _)| *name == field)?;
+            if let Some((_, value)) = read.iter().find(|(seen, _)| seen == name) {
                 return value.clone();
             }
             let value = read_value(json, how).map(Cow::into_owned);
-            read.push((name, value.clone()));
+            read.push((*name, value.clone()));
             value
         })
     }
 }
 
 /// The text value `read` finds in `json`, `None` where it reads as `""`.
-fn read_value(json: &str, read: Read) -> Option<Cow<'_, str>> {
+fn read_value<'a>(json: &'a str, read: &Read) -> Option<Cow<'a, str>> {
     let (path, absent) = match read {
         Read::Text(path) => (path, None),
         Read::Flag(path) => (path, Some("false")),
         Read::Count(path) => (path, Some("0")),
         Read::Unset => return None,
     };
-    let path = FieldPath::parse(path).expect("the tables' paths are valid");
     let mut value = None;
     // A malformed body was refused when written; one that fails here reads as absent.
     let _ = path.for_each(json, |found| {
@@ -249,6 +268,29 @@ mod tests {
 
     fn pods() -> Resource {
         Resource::new("", "v1", "Pod", "pods", true)
+    }
+
+    /// The tables are parsed on first use: a bad path would fail a list, not the build.
+    #[test]
+    fn every_tables_paths_parse() {
+        let types = [
+            ("", "Pod"),
+            ("", "Event"),
+            ("events.k8s.io", "Event"),
+            ("", "Secret"),
+            ("", "Service"),
+            ("", "ReplicationController"),
+            ("batch", "Job"),
+            ("", "Namespace"),
+            ("", "Node"),
+        ];
+        let mut tables: Vec<_> = types
+            .iter()
+            .map(|(group, kind)| SelectableFields::of(&Resource::new(group, "v1", kind, "x", true)))
+            .collect();
+        tables.push(SelectableFields::core_events_stored_as_events_k8s_io());
+        let fields: usize = tables.iter().map(|table| table.fields.len()).sum();
+        assert_eq!(fields, 9 + 11 + 10 + 1 + 2 + 1 + 1 + 1 + 1 + 11);
     }
 
     #[test]
