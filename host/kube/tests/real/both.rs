@@ -119,6 +119,18 @@ impl Cluster {
         }
     }
 
+    /// A namespace of its own for a scenario that creates Pods: the real server admits a Pod
+    /// only once its namespace's `default` ServiceAccount exists, which no controller
+    /// creates under envtest.
+    async fn pod_namespace(&self, prefix: &str) -> String {
+        let namespace = self.namespace(prefix);
+        let accounts = Resource::new("", "v1", "ServiceAccount", "serviceaccounts", true);
+        self.serve(accounts.clone());
+        let account = serde_json::json!({"metadata": {"name": "default", "namespace": namespace}});
+        self.create(&accounts, account).await;
+        namespace
+    }
+
     fn lister(
         &self,
         resource: Resource,
@@ -802,15 +814,10 @@ async fn serves_kubectl_tables_with_the_real_servers_columns_and_cells(server: S
     let Some(cluster) = Cluster::start(server).await else {
         return;
     };
-    let namespace = cluster.namespace("tables");
+    let namespace = cluster.pod_namespace("tables").await;
     let pods = Resource::new("", "v1", "Pod", "pods", true);
     let deployments = Resource::new("apps", "v1", "Deployment", "deployments", true);
-    let accounts = Resource::new("", "v1", "ServiceAccount", "serviceaccounts", true);
     cluster.serve(deployments.clone());
-    cluster.serve(accounts.clone());
-    // The real server admits a Pod only once its ServiceAccount exists.
-    let account = json!({"metadata": {"name": "default", "namespace": namespace}});
-    cluster.create(&accounts, account).await;
 
     // Whole seconds: the real server keeps times to the second.
     let ago = |seconds: i64| {
@@ -1253,16 +1260,11 @@ async fn selects_on_the_fields_the_real_server_selects_on(server: Server) {
     let Some(cluster) = Cluster::start(server).await else {
         return;
     };
-    let namespace = cluster.namespace("fields");
+    let namespace = cluster.pod_namespace("fields").await;
     let pods = Resource::new("", "v1", "Pod", "pods", true);
-    let accounts = Resource::new("", "v1", "ServiceAccount", "serviceaccounts", true);
     let core_events = Resource::new("", "v1", "Event", "events", true);
     let new_events = Resource::new("events.k8s.io", "v1", "Event", "events", true);
-    cluster.serve(accounts.clone());
     cluster.serve(core_events.clone());
-    // The real server admits a Pod only once its ServiceAccount exists.
-    let account = json!({"metadata": {"name": "default", "namespace": namespace}});
-    cluster.create(&accounts, account).await;
     for (name, node, host_network) in [("a", "n1", true), ("b", "n2", false)] {
         let pod = json!({
             "metadata": {"name": name, "namespace": namespace},
