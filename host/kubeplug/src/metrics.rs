@@ -229,42 +229,79 @@ impl Collector for PluginCollector {
 /// One series of a family: its labels, the plugin's first, and its value.
 type LabelledValue = (Vec<(String, String)>, MetricValue);
 
-/// The series plugins defined through `metrics`, each with a `plugin` label. A name is one
-/// family across plugins; a plugin that uses a name another plugin uses as the other type
-/// has those series left out (the runtime keeps each plugin's own names consistent).
+/// A family of plugin-defined series as exposed: its type and its series, labels unique.
+struct PluginFamily {
+    counter: bool,
+    series: Vec<LabelledValue>,
+}
+
+/// The name `name`'s family is exposed under: the encoder appends `_total` to a counter's
+/// samples, so a counter's family is its name without it; a gauge's is its name.
+fn family_name(name: &str, counter: bool) -> &str {
+    match counter {
+        true => name.strip_suffix("_total").unwrap_or(name),
+        false => name,
+    }
+}
+
+/// The series plugins defined, grouped into families that expose every sample name once, so
+/// that no plugin can make the exposition one a Prometheus parser refuses. Each plugin keeps
+/// its own names consistent (the runtime refuses a counter used as a gauge), but two names
+/// can still meet in one family (`x` and `x_total` as counters, a counter `x_total` and a
+/// gauge `x`, a gauge `x_total` beside a counter `x`), and other plugins' names too. The
+/// first type a family is seen with wins (plugins in name order, then their series in name
+/// order); a series of the other type, one whose labels the family already has, and a gauge
+/// whose samples a counter's would repeat are left out.
+fn plugin_families(
+    plugins: Vec<(String, BTreeMap<SeriesKey, MetricValue>)>,
+) -> BTreeMap<String, PluginFamily> {
+    let mut families: BTreeMap<String, PluginFamily> = BTreeMap::new();
+    for (plugin, series) in plugins {
+        for ((name, labels), value) in series {
+            let counter = matches!(value, MetricValue::Counter(_));
+            let family = families
+                .entry(family_name(&name, counter).to_owned())
+                .or_insert(PluginFamily {
+                    counter,
+                    series: Vec::new(),
+                });
+            let mut labels = labels;
+            labels.insert(0, ("plugin".to_owned(), plugin.clone()));
+            if family.counter == counter && family.series.iter().all(|(l, _)| *l != labels) {
+                family.series.push((labels, value));
+            }
+        }
+    }
+    let counter_samples: Vec<String> = families
+        .iter()
+        .filter(|(_, family)| family.counter)
+        .map(|(name, _)| format!("{name}_total"))
+        .collect();
+    families.retain(|name, family| family.counter || !counter_samples.contains(name));
+    families
+}
+
+/// The series plugins defined through `metrics`, each with a `plugin` label, in families
+/// [`plugin_families`] keeps apart.
 fn encode_plugin_series(
     encoder: &mut DescriptorEncoder,
     plugins: Vec<(String, BTreeMap<SeriesKey, MetricValue>)>,
 ) -> Result<(), std::fmt::Error> {
-    let mut families: BTreeMap<String, Vec<LabelledValue>> = BTreeMap::new();
-    for (plugin, series) in plugins {
-        for ((name, labels), value) in series {
-            let mut labels = labels;
-            labels.insert(0, ("plugin".to_owned(), plugin.clone()));
-            families.entry(name).or_default().push((labels, value));
-        }
-    }
-    for (name, series) in families {
-        let counter = matches!(series[0].1, MetricValue::Counter(_));
-        let (metric_type, family_name) = match counter {
-            // The encoder appends `_total` to counters.
-            true => (
-                MetricType::Counter,
-                name.strip_suffix("_total").unwrap_or(&name),
-            ),
-            false => (MetricType::Gauge, name.as_str()),
+    for (name, family) in plugin_families(plugins) {
+        let metric_type = match family.counter {
+            true => MetricType::Counter,
+            false => MetricType::Gauge,
         };
         let help = "Defined by the plugin named in the `plugin` label.";
-        let mut family = encoder.encode_descriptor(family_name, help, None, metric_type)?;
-        for (labels, value) in &series {
+        let mut encoded = encoder.encode_descriptor(&name, help, None, metric_type)?;
+        for (labels, value) in &family.series {
             match *value {
-                MetricValue::Counter(count) if counter => {
-                    ConstCounter::new(count).encode(family.encode_family(labels)?)?;
+                MetricValue::Counter(count) => {
+                    ConstCounter::new(count).encode(encoded.encode_family(labels)?)?;
                 }
-                MetricValue::Gauge(level) if !counter => {
-                    ConstGauge::new(level).encode(family.encode_family(labels)?)?;
+                MetricValue::Gauge(level) => {
+                    ConstGauge::new(level).encode(encoded.encode_family(labels)?)?;
                 }
-                _ => {}
             }
         }
     }
@@ -320,5 +357,88 @@ impl Collector for ScanCollector {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use prometheus_client::registry::Registry;
+
+    use super::*;
+
+    #[derive(Debug)]
+    struct PluginSeries(Vec<(String, BTreeMap<SeriesKey, MetricValue>)>);
+
+    impl Collector for PluginSeries {
+        fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+            encode_plugin_series(&mut encoder, self.0.clone())
+        }
+    }
+
+    fn exposition(plugins: Vec<(String, BTreeMap<SeriesKey, MetricValue>)>) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(PluginSeries(plugins)));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
+    }
+
+    fn series(entries: &[(&str, MetricValue)]) -> BTreeMap<SeriesKey, MetricValue> {
+        entries
+            .iter()
+            .map(|&(name, value)| ((name.to_owned(), Vec::new()), value))
+            .collect()
+    }
+
+    /// Names that meet in one family, within a plugin and across two, are exposed once each:
+    /// every family declared once, every sample name in one family, every series once.
+    #[test]
+    fn names_that_meet_in_one_family_expose_each_sample_once() {
+        use MetricValue::{Counter, Gauge};
+        let text = exposition(vec![
+            (
+                "a".to_owned(),
+                series(&[
+                    ("clash_total", Counter(1)),
+                    ("clash", Gauge(2.0)),
+                    ("twice", Counter(3)),
+                    ("twice_total", Counter(4)),
+                    ("samples", Counter(5)),
+                    ("samples_total", Gauge(6.0)),
+                ]),
+            ),
+            (
+                "b".to_owned(),
+                series(&[("clash", Gauge(7.0)), ("clash_total", Counter(8))]),
+            ),
+        ]);
+        let mut declared = BTreeSet::new();
+        let mut samples = BTreeSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let family = rest.split(' ').next().unwrap();
+                assert!(
+                    declared.insert(family.to_owned()),
+                    "{family} twice:\n{text}"
+                );
+            } else if !line.starts_with('#') {
+                let series = line.rsplit_once(' ').unwrap().0;
+                assert!(samples.insert(series.to_owned()), "{series} twice:\n{text}");
+            }
+        }
+        assert_eq!(
+            samples,
+            BTreeSet::from([
+                r#"clash{plugin="a"}"#.to_owned(),
+                r#"clash{plugin="b"}"#.to_owned(),
+                r#"samples_total{plugin="a"}"#.to_owned(),
+                r#"twice_total{plugin="a"}"#.to_owned(),
+            ]),
+            "{text}"
+        );
+        let lines = text.lines().map(|l| Ok(l.to_owned()));
+        prometheus_parse::Scrape::parse(lines).expect("the exposition parses");
     }
 }

@@ -175,6 +175,16 @@ pub enum MetricError {
     /// Counter used as gauge or the reverse.
     #[error("{} is already a metric of the other type", quoted(.0))]
     TypeMismatch(String),
+    /// A label name Prometheus refuses or reserves.
+    #[error(
+        "{} is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, at most 128 bytes, not \
+         starting with `__`, which Prometheus reserves)",
+        quoted(.0)
+    )]
+    InvalidLabelName(String),
+    /// A label named twice in one series: Prometheus refuses the whole scrape for it.
+    #[error("the label {} is named twice", quoted(.0))]
+    DuplicateLabel(String),
     /// A name the host's own series use.
     #[error(
         "{} is reserved for the host: metric names may not start with {RESERVED_PREFIXES:?}, and the label `plugin` is set by the host",
@@ -187,6 +197,18 @@ pub enum MetricError {
 /// leader election, the process collector), which a plugin's series must not collide with.
 pub const RESERVED_PREFIXES: [&str; 4] =
     ["kubeplug_", "workqueue_", "leader_election_", "process_"];
+
+/// A Prometheus label name: no colons, unlike metric names, and no `__` prefix, which
+/// Prometheus keeps for its own labels (`__name__` would rename the series).
+fn valid_label_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    name.len() <= 128
+        && !name.starts_with("__")
+        && bytes
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
 
 fn valid_name(name: &str) -> bool {
     let mut bytes = name.bytes();
@@ -216,8 +238,8 @@ impl PluginMetrics {
         if let Some((reserved, _)) = labels.iter().find(|(k, _)| k == "plugin") {
             return Err(MetricError::Reserved(reserved.clone()));
         }
-        if let Some((bad, _)) = labels.iter().find(|(k, _)| !valid_name(k)) {
-            return Err(MetricError::InvalidName(bad.clone()));
+        if let Some((bad, _)) = labels.iter().find(|(k, _)| !valid_label_name(k)) {
+            return Err(MetricError::InvalidLabelName(bad.clone()));
         }
         if let Some((label, value)) = labels.iter().find(|(_, v)| v.len() > MAX_LABEL_VALUE) {
             return Err(MetricError::LabelValueTooLong {
@@ -227,6 +249,9 @@ impl PluginMetrics {
         }
         let mut labels = labels;
         labels.sort();
+        if let Some(pair) = labels.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+            return Err(MetricError::DuplicateLabel(pair[0].0.clone()));
+        }
         let mut series = lock(&self.series);
         let key = (name.to_owned(), labels);
         let old = series.get(&key).copied();
@@ -313,6 +338,35 @@ mod tests {
             m.gauge_set("g", vec![("i".into(), "x".into())], 1.0),
             Err(MetricError::TooManySeries(_))
         ));
+    }
+
+    /// Label names that would make Prometheus refuse the whole exposition, or rename a
+    /// series, are refused (issue 44).
+    #[test]
+    fn label_names_prometheus_refuses_are_refused() {
+        let m = PluginMetrics::default();
+        for name in ["__name__", "__meta", "a:b", "9a", "a-b", ""] {
+            assert_eq!(
+                m.counter_add("c_total", vec![(name.into(), "v".into())], 1),
+                Err(MetricError::InvalidLabelName(name.to_owned())),
+                "{name:?}"
+            );
+        }
+        assert_eq!(
+            m.gauge_set(
+                "g",
+                vec![
+                    ("b".into(), "1".into()),
+                    ("a".into(), "1".into()),
+                    ("b".into(), "2".into())
+                ],
+                1.0
+            ),
+            Err(MetricError::DuplicateLabel("b".to_owned()))
+        );
+        m.gauge_set("g", vec![("_private".into(), "1".into())], 1.0)
+            .unwrap();
+        assert_eq!(m.snapshot().len(), 1);
     }
 
     /// Regression (issue 19): a 1 MiB label value was refused as an invalid label *name*.
