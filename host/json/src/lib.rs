@@ -17,6 +17,7 @@ use std::ops::Range;
 use wide::u8x16;
 
 pub mod path;
+pub mod unique;
 
 /// What was wrong with the bytes, and where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

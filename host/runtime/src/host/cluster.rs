@@ -1,6 +1,7 @@
 //! `kubeplug:plugin/cluster`: writes, each checked against the plugin's grants before it
 //! reaches the [`ClusterWriter`](crate::view::ClusterWriter).
 
+use kubeplug_json::unique::check_unique_keys;
 use kubeplug_policy::names::{check_event_reason, quoted};
 
 use crate::WriteVerb;
@@ -119,9 +120,9 @@ fn document(what: &str, json: &str) -> Result<(), Error> {
             json.len()
         )));
     }
-    serde_json::from_str::<serde::de::IgnoredAny>(json)
-        .map(|_| ())
-        .map_err(|e| Error::InvalidInput(format!("{what} is not JSON: {e}")))
+    // Before anything reads it: with a key twice, the name check below and the writer
+    // could each read another object out of one body.
+    check_unique_keys(json).map_err(|e| Error::InvalidInput(format!("{what}: {e}")))
 }
 
 impl StoreState {

@@ -1,9 +1,9 @@
 //! Hostile test guest: tries to reach objects its grants do not name through the strings it
 //! gives the host. Names and namespaces that would add path segments or a query
 //! (`web/status`, `web?fieldManager=x&force=true`, `..`), resource types whose version is a
-//! path (`v1/namespaces/kube-system/secrets`), and bodies that name another object than the
-//! call's target. Granted every write on Pods, so only the host's checks stand in the way:
-//! every call must come back `invalid-input`. It counts them in `invalid_total`, any other
+//! path (`v1/namespaces/kube-system/secrets`), bodies that name another object than the
+//! call's target, and bodies that name a field twice. Granted every write on Pods, so only
+//! the host's checks stand in the way: every call must come back `invalid-input`. It counts them in `invalid_total`, any other
 //! refusal in `refused_otherwise_total` and anything accepted in `accepted_total`.
 
 use kubeplug_sdk::prelude::*;
@@ -71,6 +71,27 @@ impl Plugin for Paths {
         results.push(cluster::apply(&target("ns", "p"), other_namespace, true).map(drop));
         let created = r#"{"metadata":{"name":"x","namespace":"kube-system"}}"#;
         results.push(cluster::create(&pods(), Some("ns"), created).map(drop));
+        // Bodies naming a field twice: one reader may keep the first, another the last, so
+        // a name check could pass on one object while the write goes to another.
+        let twice = [
+            r#"{"metadata":{"name":"p","namespace":"ns","name":"q"}}"#,
+            r#"{"metadata":{"name":"p","namespace":"ns","namespace":"kube-system"}}"#,
+            r#"{"apiVersion":"v1","apiVersion":"apps/v1","metadata":{"name":"p"}}"#,
+            r#"{"kind":"Pod","kind":"Secret","metadata":{"name":"p"}}"#,
+            r#"{"spec":{"containers":[{"name":"a","image":"x","name":"b"}]}}"#,
+        ];
+        for body in twice {
+            let merge = cluster::PatchType::Merge;
+            results.push(cluster::apply(&target("ns", "p"), body, true).map(drop));
+            results.push(cluster::create(&pods(), Some("ns"), body).map(drop));
+            results.push(cluster::create(&pods(), None, body).map(drop));
+            results.push(cluster::patch(&target("ns", "p"), merge, body, None).map(drop));
+            let status = Some("status");
+            results.push(cluster::patch(&target("ns", "p"), merge, body, status).map(drop));
+        }
+        let json_patch = r#"[{"op":"add","path":"/metadata/labels","op":"remove"}]"#;
+        let json = cluster::PatchType::Json;
+        results.push(cluster::patch(&target("ns", "p"), json, json_patch, None).map(drop));
 
         let invalid = results
             .iter()
