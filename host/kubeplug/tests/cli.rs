@@ -419,6 +419,118 @@ fn a_running_host_serves_probes_metrics_and_plugin_status_and_follows_the_manife
     host.wait_for("/plugins", |_, body| !body.contains("reconciler.wasm"));
 }
 
+/// Issue 44: a plugin's log fields cannot forge a line of the host's log or pass for the
+/// host's own fields, and its metrics cannot make `/metrics` an exposition Prometheus
+/// refuses; the good plugin beside it keeps receiving events.
+#[test]
+fn a_plugin_cannot_forge_the_hosts_log_or_break_its_metrics() {
+    let plugins = tempfile::tempdir().unwrap();
+    for name in ["hostile-telemetry", "label-reader"] {
+        std::fs::copy(
+            built_plugin(name),
+            plugins.path().join(format!("{name}.wasm")),
+        )
+        .unwrap();
+    }
+    let cluster = tempfile::tempdir().unwrap();
+    let configmap = |mode: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: team-a\n\
+             data: {{mode: {mode}}}\n"
+        )
+    };
+    let pod = |app: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web-1\n  namespace: team-a\n  \
+             labels: {{app: {app}}}\n"
+        )
+    };
+    std::fs::write(cluster.path().join("cm.yaml"), configmap("a")).unwrap();
+    std::fs::write(cluster.path().join("pod.yaml"), pod("web")).unwrap();
+    let config = plugins.path().join("kubeplug.toml");
+    std::fs::write(&config, "[defaults.grants]\nread = [\"*\"]\n").unwrap();
+    let host = Host::start([
+        OsStr::new("--local"),
+        cluster.path().as_os_str(),
+        OsStr::new("--plugins"),
+        plugins.path().as_os_str(),
+        OsStr::new("--config"),
+        config.as_os_str(),
+    ]);
+    let sample = |metrics: &str, name: &str, plugin: &str| -> Option<f64> {
+        let prefix = format!("{name}{{plugin=\"{plugin}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .map(|v| v.parse().unwrap())
+    };
+    host.wait_for("/metrics", |_, body| {
+        sample(body, "events_total", "label-reader").is_some()
+            && sample(body, "accepted_total", "hostile-telemetry").is_some()
+    });
+    // A second batch for each: the good plugin keeps receiving beside the hostile one.
+    std::fs::write(cluster.path().join("cm.yaml"), configmap("b")).unwrap();
+    std::fs::write(cluster.path().join("pod.yaml"), pod("db")).unwrap();
+    let metrics = host.wait_for("/metrics", |_, body| {
+        sample(body, "events_total", "label-reader") >= Some(2.0)
+            && sample(body, "events_total", "hostile-telemetry") >= Some(2.0)
+    });
+
+    // Every update the runtime accepted is exposed in a family of its own type, and the
+    // ones Prometheus would refuse were refused: four of each per batch.
+    let refused = sample(&metrics, "refused_total", "hostile-telemetry").unwrap();
+    let accepted = sample(&metrics, "accepted_total", "hostile-telemetry").unwrap();
+    assert!(refused >= 8.0 && refused == accepted, "{metrics}");
+    let lines = metrics.lines().map(|l| Ok(l.to_owned()));
+    prometheus_parse::Scrape::parse(lines).expect("/metrics parses as Prometheus text");
+    let mut declared = std::collections::BTreeSet::new();
+    for line in metrics.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let family = rest.split(' ').next().unwrap();
+            assert!(
+                declared.insert(family),
+                "{family} declared twice:\n{metrics}"
+            );
+            continue;
+        }
+        let Some((_, labels)) = line.split_once('{') else {
+            continue;
+        };
+        // Label values are the plugins' text; the names are what a parser refuses.
+        let mut names = std::collections::BTreeSet::new();
+        for pair in labels.split("\",").filter(|p| p.contains("=\"")) {
+            let name = pair.split_once("=\"").unwrap().0.trim_start_matches(',');
+            let valid = !name.starts_with("__")
+                && name
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            assert!(valid, "label name {name:?} in {line:?}");
+            assert!(names.insert(name), "label {name:?} twice in {line:?}");
+        }
+    }
+
+    // The forged key did not start a line; the plugin's fields are its own, after the
+    // message, and the ones it may not use are counted, not written.
+    let lines = host.stderr_lines();
+    assert!(
+        lines.iter().all(|l| !l.starts_with("2000-01-01")),
+        "a forged line: {lines:#?}"
+    );
+    let logged: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("a hostile telemetry record"))
+        .collect();
+    assert!(!logged.is_empty(), "{lines:#?}");
+    for line in logged {
+        assert!(line.contains("kept=\"yes\""), "{line}");
+        assert!(line.contains("fields_refused=3"), "{line}");
+        assert!(!line.contains("label-audit"), "{line}");
+        assert!(!line.contains("dropped=\"0\""), "{line}");
+    }
+}
+
 #[test]
 fn rbac_prints_the_rules_the_plugins_and_their_grants_need() {
     let plugins = tempfile::tempdir().unwrap();
