@@ -311,11 +311,14 @@ impl Follower {
     }
 
     /// Resolves once the control is stopped (at once if it is); never if it is dropped
-    /// without stopping.
-    pub(crate) async fn stopped(&self) {
+    /// without stopping. The future owns what it watches, so a worker can hold it across
+    /// a call.
+    pub(crate) fn stopped(&self) -> impl Future<Output = ()> + Send + use<> {
         let mut target = self.target.clone();
-        if target.wait_for(Option::is_none).await.is_err() {
-            std::future::pending::<()>().await;
+        async move {
+            if target.wait_for(Option::is_none).await.is_err() {
+                std::future::pending::<()>().await;
+            }
         }
     }
 

@@ -55,7 +55,8 @@ pub fn run_reconcile(
 /// - `done` forgets the key's back-off, `requeue-after` re-adds it after the delay, `error`
 ///   and faults re-add it rate-limited;
 /// - after `max_consecutive_failures` failures in a row the plugin is quarantined: workers
-///   wait out an exponential back-off before the next call (keys keep coalescing);
+///   wait out an exponential back-off before the next call (keys keep coalescing), or
+///   until `control` stops, whichever comes first;
 /// - keys outside the control's [`KeyShare`](crate::KeyShare) are not enqueued, and a worker
 ///   that takes one forgets it without calling the plugin;
 /// - a version swapped in through `control` maps the next batch and reconciles the next key
@@ -89,17 +90,27 @@ pub fn drive_reconcile(
         let current = follower.peek();
         let shared = shared.clone();
         let (share, call) = follower.begin();
+        let stopped = follower.stopped();
         async move {
             let _call = call;
             match current {
                 // Another replica owns the key now; its back-off stays here, forgotten.
                 Some(_) if !share.owns_target(&target) => Outcome::Done,
                 Some(plugin) => {
-                    let span =
-                        tracing::debug_span!("reconcile", plugin = plugin.name(), key = %target);
-                    reconcile_one(&shared.of(plugin), target)
-                        .instrument(span)
-                        .await
+                    let version = shared.of(plugin);
+                    // A quarantine pause lasts up to `quarantine_backoff_max`; a stop (the
+                    // host shutting down or unloading the plugin) must not wait it out.
+                    tokio::select! {
+                        biased;
+                        () = stopped => return Outcome::Done,
+                        () = version.breaker.wait() => {}
+                    }
+                    let span = tracing::debug_span!(
+                        "reconcile",
+                        plugin = version.plugin.name(),
+                        key = %target
+                    );
+                    reconcile_one(&version, target).instrument(span).await
                 }
                 // Stopped: the host is discarding this queue.
                 None => Outcome::Done,
@@ -256,7 +267,6 @@ async fn call_reconcile(
     call: Option<Arc<ReconcileCall>>,
 ) -> Outcome<String> {
     let (plugin, breaker) = (&version.plugin, &version.breaker);
-    breaker.wait().await;
     let mut instance = match version.take_instance().await {
         Ok(i) => i,
         Err(e) => return fail(plugin, breaker, e.to_string()),

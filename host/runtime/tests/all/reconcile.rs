@@ -218,3 +218,70 @@ async fn a_swapped_version_takes_the_next_keys() -> Result<()> {
     assert_eq!((live.plugins, live.instances), (0, 0), "{live:?}");
     Ok(())
 }
+
+/// Issue 44: a stop ends a quarantine pause at once. A worker that took a key while the
+/// plugin was quarantined waited out the whole pause before it looked at the stop (pauses
+/// double up to `quarantine_backoff_max`, 5 minutes by default), and the host's shutdown
+/// waited with it: 61 s against a 30 s shutdown timeout. Paused time: the join takes none.
+#[tokio::test(start_paused = true)]
+async fn a_stop_ends_a_quarantine_pause_at_once() -> Result<()> {
+    let server = MemoryServer::new();
+    for name in ["broken-1", "broken-2"] {
+        server
+            .create(&config_maps(), &config_map(name, "fail", 0))
+            .unwrap();
+    }
+    let (informer, receivers) = informer(&server, config_maps(), 1);
+    let pause = Duration::from_secs(256);
+    let limits = PluginLimits {
+        max_consecutive_failures: 1,
+        quarantine_backoff: pause,
+        quarantine_backoff_max: pause,
+        ..PluginLimits::default()
+    };
+    let plugin = load(
+        &runtime(),
+        "reconciler",
+        BTreeMap::from([(gvk(&config_maps()), informer.indexer().clone())]),
+        Arc::new(Recorder::default()),
+        Grants::default().allow_write(observations(), WriteVerb::Create),
+        limits,
+    )
+    .await?;
+    let queue: Queue<ObjectRef> = Queue::builder("quarantined")
+        .rate_limiter(ItemExponential::new(
+            Duration::from_millis(5),
+            Duration::from_secs(1),
+        ))
+        .build();
+    let control = DriverControl::new(plugin.clone());
+    let reconciler = drive_reconcile(&control, receivers, queue.clone())?;
+    until("quarantined", Duration::from_secs(60), || {
+        plugin.status().quarantines >= 1
+    })
+    .await?;
+    // The failed keys come back after their 5 ms back-off, and the workers that take them
+    // wait in the pause.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let reconciles = plugin.status().reconciles;
+
+    let stopping = tokio::time::Instant::now();
+    control.stop();
+    queue.shut_down();
+    reconciler.workers.join().await;
+    let waited = stopping.elapsed();
+    assert!(
+        waited < pause / 2,
+        "the workers waited out the pause: {waited:?}"
+    );
+    assert_eq!(
+        plugin.status().reconciles,
+        reconciles,
+        "no call after the stop"
+    );
+    for feeder in reconciler.feeders {
+        feeder.await?;
+    }
+    informer.stop().await;
+    Ok(())
+}
