@@ -1,0 +1,148 @@
+//! Delivering to a plugin version: registering a handler per subscription, starting the
+//! events driver or the reconcile workers, and stopping or draining them.
+
+use std::sync::Arc;
+
+use kubeplug_informer::factory::{InformerKey, Needs};
+use kubeplug_informer::informer::HandlerOptions;
+use kubeplug_informer::listener::{BufferPolicy, ListenerProbe, ListenerReceiver};
+use kubeplug_runtime::{Delivery, DriverControl, Plugin};
+use kubeplug_workqueue::Queue;
+use tokio::task::JoinHandle;
+use tracing::{error, warn};
+
+use super::{Delivering, PluginHost, Registered, needs};
+
+impl Delivering {
+    /// Notifications its buffers merged over their budget.
+    pub(super) fn merged(&self) -> u64 {
+        self.probes.iter().map(ListenerProbe::merged).sum()
+    }
+
+    /// Ends deliveries after the calls in flight, then unregisters the handlers. Keys waiting
+    /// in a reconcile queue are dropped.
+    pub(super) async fn stop(self, plugin: &str) {
+        self.control.stop();
+        if let Some((queue, workers)) = self.reconcile {
+            queue.shut_down();
+            workers.join().await;
+        }
+        join_all(plugin, self.tasks).await;
+        drop(self.subscriptions);
+    }
+
+    /// Ends deliveries gracefully: no new notifications; the keys already queued are still
+    /// reconciled until `deadline`, then dropped; calls in flight always finish.
+    pub(super) async fn drain(self, plugin: &str, deadline: tokio::time::Instant) {
+        // Closing the listeners ends the events driver and the feeders after their batch.
+        drop(self.subscriptions);
+        join_all(plugin, self.tasks).await;
+        if let Some((queue, workers)) = self.reconcile {
+            queue.shut_down();
+            let joined = workers.join();
+            tokio::pin!(joined);
+            if tokio::time::timeout_at(deadline, joined.as_mut())
+                .await
+                .is_err()
+            {
+                warn!(
+                    plugin,
+                    dropped = queue.len(),
+                    "the shutdown deadline passed with keys still queued; they are dropped"
+                );
+                // Workers now drop the keys they take without calling the plugin.
+                self.control.stop();
+                joined.await;
+            }
+        }
+        self.control.stop();
+    }
+}
+
+async fn join_all(plugin: &str, tasks: Vec<JoinHandle<()>>) {
+    for task in tasks {
+        if let Err(error) = task.await
+            && error.is_panic()
+        {
+            error!(plugin, %error, "a plugin driver panicked");
+        }
+    }
+}
+
+impl PluginHost {
+    /// Registers a handler for each of `plugin`'s subscriptions (`keys` in their order). An
+    /// events-mode plugin's buffers keep every notification within `budget` bytes of
+    /// superseded object JSON, and the latest state per key past it; a reconcile plugin's
+    /// keep a key once anyway.
+    pub(super) fn register(
+        &self,
+        plugin: &Plugin,
+        keys: &[InformerKey],
+        budget: usize,
+    ) -> Result<Registered, String> {
+        let (buffer, budget) = match plugin.description().delivery {
+            Delivery::Reconcile { .. } => (BufferPolicy::CoalesceByKey, None),
+            Delivery::Events => (BufferPolicy::Unbounded, Some(budget)),
+        };
+        let mut registered = Registered::default();
+        for (key, wanted) in keys.iter().zip(&plugin.description().subscriptions) {
+            let options = HandlerOptions {
+                buffer,
+                budget,
+                resync_period: wanted.resync_period,
+                projections: wanted.projections.paths().paths().to_vec(),
+                metadata_only: needs(wanted) == Needs::Metadata,
+            };
+            let (registration, receiver) = self
+                .factory
+                .subscribe(key.clone(), options)
+                .map_err(|e| e.to_string())?
+                .into_parts();
+            registered.receivers.push(receiver);
+            registered.subscriptions.push(registration);
+        }
+        Ok(registered)
+    }
+
+    /// Starts delivering `registered`'s notifications to `plugin`.
+    pub(super) fn deliver(
+        &self,
+        plugin: &Arc<Plugin>,
+        registered: Registered,
+    ) -> Result<Delivering, String> {
+        let Registered {
+            subscriptions,
+            receivers,
+        } = registered;
+        let probes = receivers.iter().map(ListenerReceiver::probe).collect();
+        let control = DriverControl::new(plugin.clone());
+        control.share(self.share_of(plugin.name()));
+        let (tasks, reconcile) = match plugin.description().delivery {
+            Delivery::Events => {
+                let task = kubeplug_runtime::events::drive_events(&control, receivers)
+                    .map_err(|e| e.to_string())?;
+                (vec![task], None)
+            }
+            Delivery::Reconcile { .. } => {
+                let queue = Queue::builder(plugin.name())
+                    .metrics(&self.queue_metrics)
+                    .map_err(|e| e.to_string())?
+                    .build();
+                let reconciler =
+                    kubeplug_runtime::reconcile::drive_reconcile(&control, receivers, queue)
+                        .map_err(|e| e.to_string())?;
+                (
+                    reconciler.feeders,
+                    Some((reconciler.queue, reconciler.workers)),
+                )
+            }
+        };
+        Ok(Delivering {
+            control,
+            subscriptions,
+            probes,
+            tasks,
+            reconcile,
+        })
+    }
+}

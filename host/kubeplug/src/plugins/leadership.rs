@@ -1,0 +1,208 @@
+//! Leadership and sharding: a replica that leads delivers to its plugins, one that follows
+//! keeps them loaded and their informers warm; with `--sharding`, each plugin delivers only
+//! the keys of its share, and keys a replica gains are replayed to it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use kubeplug_informer::factory::InformerKey;
+use kubeplug_runtime::{Delivery, KeyMapping, KeyShare, Plugin};
+use tracing::{error, info};
+
+use super::{Delivering, Entry, LoadFailure, PluginHost, Serving};
+
+impl PluginHost {
+    /// Makes the host deliver to each plugin only the keys [`share`](Self::share) gives it
+    /// (none until then): replicas share the work (`--sharding`).
+    pub(crate) fn sharded(mut self) -> Self {
+        self.shares = Some(Mutex::default());
+        self
+    }
+
+    /// The share a delivery of `plugin` starts with.
+    pub(super) fn share_of(&self, plugin: &str) -> KeyShare {
+        match &self.shares {
+            None => KeyShare::all(),
+            Some(shares) => shares
+                .lock()
+                .expect("shares poisoned by a panic")
+                .get(plugin)
+                .cloned()
+                .unwrap_or_else(|| KeyShare::only(|_| false)),
+        }
+    }
+
+    /// Delivers only `share`'s keys to `plugin` from its next call on, and to any version
+    /// of it started later. The future resolves once no call under the previous share is in
+    /// flight.
+    pub(crate) async fn share(
+        &self,
+        plugin: &str,
+        share: KeyShare,
+    ) -> impl Future<Output = ()> + Send + use<> {
+        let _writing = self.writing.lock().await;
+        if let Some(shares) = &self.shares {
+            shares
+                .lock()
+                .expect("shares poisoned by a panic")
+                .insert(plugin.to_owned(), share.clone());
+        }
+        let settled = delivering_named(&self.table(), plugin).map(|(_, delivering)| {
+            let control = &delivering.control;
+            control.settled(control.share(share))
+        });
+        async move {
+            if let Some(settled) = settled {
+                settled.await;
+            }
+        }
+    }
+
+    /// Replays to `plugin` the cached objects of the keys `gained` picks, as in-initial-list
+    /// adds: the keys a sharded replica takes over. A reconcile plugin that maps events to
+    /// other keys (owners, computed) gets every cached object, since which of them map to a
+    /// gained key is known only after mapping; its share drops the rest. Returns how many
+    /// objects were replayed.
+    pub(crate) fn replay(&self, plugin: &str, gained: &dyn Fn(&str) -> bool) -> usize {
+        let table = self.table();
+        let Some((serving, delivering)) = delivering_named(&table, plugin) else {
+            return 0;
+        };
+        let description = serving.plugin.description();
+        delivering
+            .subscriptions
+            .iter()
+            .zip(&description.subscriptions)
+            .map(|(registration, spec)| {
+                let by_own_key = matches!(description.delivery, Delivery::Events)
+                    || matches!(spec.enqueue, KeyMapping::OwnKey);
+                match by_own_key {
+                    true => registration.replay(&|object| gained(object.key().as_str())),
+                    false => registration.replay(&|_| true),
+                }
+            })
+            .sum()
+    }
+
+    /// How many distinct cached keys of `plugin`'s subscriptions `owns` picks.
+    pub(crate) fn count_keys(&self, plugin: &str, owns: &dyn Fn(&str) -> bool) -> usize {
+        let table = self.table();
+        let Some((_, delivering)) = delivering_named(&table, plugin) else {
+            return 0;
+        };
+        let mut keys = std::collections::BTreeSet::new();
+        for registration in &delivering.subscriptions {
+            for object in registration.informer().indexer().list() {
+                if owns(object.key().as_str()) {
+                    keys.insert(object.key().as_str().to_owned());
+                }
+            }
+        }
+        keys.len()
+    }
+
+    pub(super) fn is_leading(&self) -> bool {
+        self.leading.load(Ordering::Acquire)
+    }
+
+    /// This replica took the lead: every loaded plugin starts receiving, the cache replayed
+    /// to it as the initial list.
+    pub(crate) async fn lead(&self) {
+        let _writing = self.writing.lock().await;
+        self.leading.store(true, Ordering::Release);
+        let waiting: Vec<(PathBuf, Arc<Plugin>, Vec<InformerKey>, usize)> = self
+            .table()
+            .iter()
+            .filter_map(|(path, entry)| {
+                let serving = entry.serving.as_ref()?;
+                serving.delivering.is_none().then(|| {
+                    let plugin = serving.plugin.clone();
+                    (
+                        path.clone(),
+                        plugin,
+                        serving.keys.clone(),
+                        serving.buffer_budget,
+                    )
+                })
+            })
+            .collect();
+        for (path, plugin, keys, budget) in waiting {
+            plugin.fence_writes(false);
+            let started = self
+                .register(&plugin, &keys, budget)
+                .and_then(|registered| self.deliver(&plugin, registered));
+            let mut table = self.table();
+            let Some(entry) = table.get_mut(&path) else {
+                continue;
+            };
+            match started {
+                Ok(delivering) => {
+                    if let Some(serving) = entry.serving.as_mut() {
+                        serving.delivering = Some(delivering);
+                    }
+                    info!(plugin = plugin.name(), file = %path.display(), "plugin running: this replica leads");
+                }
+                Err(cause) => {
+                    let failure = LoadFailure::Start {
+                        path: path.clone(),
+                        cause,
+                    };
+                    error!(plugin = plugin.name(), "{failure}");
+                    entry.last_error = Some(failure.to_string());
+                }
+            }
+        }
+    }
+
+    /// This replica lost the lead (or never had it): deliveries stop at once, after the calls
+    /// in flight; the plugins stay loaded and their informers warm.
+    pub(crate) async fn follow(&self) {
+        self.leading.store(false, Ordering::Release);
+        // Before waiting for the writer: a swap in progress must not delay this. A call in
+        // flight writes nothing more: another replica may lead once the margin passes.
+        for entry in self.table().values() {
+            let Some(serving) = entry.serving.as_ref() else {
+                continue;
+            };
+            serving.plugin.fence_writes(true);
+            if let Some(delivering) = &serving.delivering {
+                delivering.control.stop();
+            }
+        }
+        let _writing = self.writing.lock().await;
+        let stopping: Vec<(Arc<Plugin>, Delivering)> = self
+            .table()
+            .values_mut()
+            .filter_map(|entry| {
+                let serving = entry.serving.as_mut()?;
+                let delivering = serving.delivering.take()?;
+                // The next registration's buffers count from zero.
+                entry.retired.add_merged(delivering.merged());
+                Some((serving.plugin.clone(), delivering))
+            })
+            .collect();
+        for (plugin, delivering) in stopping {
+            // Again: a version swapped in meanwhile was not in the table above.
+            plugin.fence_writes(true);
+            delivering.stop(plugin.name()).await;
+            info!(
+                plugin = plugin.name(),
+                "plugin stopped: this replica no longer leads"
+            );
+        }
+    }
+}
+
+/// The version of `plugin` (by name) that serves and delivers, if any.
+fn delivering_named<'a>(
+    table: &'a BTreeMap<PathBuf, Entry>,
+    plugin: &str,
+) -> Option<(&'a Serving, &'a Delivering)> {
+    let serving = table
+        .values()
+        .filter_map(|entry| entry.serving.as_ref())
+        .find(|serving| serving.plugin.name() == plugin)?;
+    Some((serving, serving.delivering.as_ref()?))
+}

@@ -1,0 +1,388 @@
+//! Loading a plugin file: every load stage short of swapping in ([`PluginHost::prepare`]),
+//! the wait for the informers the new version reads to sync, and the swap itself, which
+//! inherits the running listeners when it can.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Instant, SystemTime};
+
+use kubeplug_informer::factory::InformerKey;
+use kubeplug_informer::informer::SharedIndexInformer;
+use kubeplug_runtime::{Gvk, PluginSpec};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::status::Totals;
+use super::{
+    FactoryCache, FileContent, LoadFailure, PluginHost, PluginSettings, Prepared, Serving, Syncing,
+    failure, name_mismatch, needs, plugin_settings,
+};
+
+impl Prepared {
+    pub(super) fn synced(&self) -> bool {
+        self.reads
+            .iter()
+            .all(|(_, informer)| informer.has_complete_cache())
+    }
+
+    /// Why it has not started: each informer not synced, and the reason it gives.
+    fn not_synced(&self) -> LoadFailure {
+        let mut informers: Vec<(String, String)> = self
+            .reads
+            .iter()
+            .filter(|(_, informer)| !informer.has_complete_cache())
+            .map(|(resource, informer)| {
+                let error = informer.last_error();
+                (
+                    format!(
+                        "informer {resource}: {}",
+                        failure::why_not_synced(error.as_ref())
+                    ),
+                    error.map_or_else(|| "no error yet".to_owned(), |e| e.to_string()),
+                )
+            })
+            .collect();
+        informers.sort();
+        informers.dedup();
+        LoadFailure::NotSynced {
+            path: self.path.clone(),
+            plugin: self.plugin.name().to_owned(),
+            deadline: self.sync_deadline,
+            informers,
+        }
+    }
+}
+
+impl PluginHost {
+    /// Every load stage short of swapping in: settings, compile (through the artefact
+    /// cache, off the async threads), instantiate, init, describe under the deadline,
+    /// validation and grants, indexes, resolving the subscribed types.
+    pub(super) async fn prepare(&self, content: FileContent) -> Result<Prepared, LoadFailure> {
+        let started = Instant::now();
+        let FileContent { path, bytes, hash } = content;
+        let PluginSettings {
+            settings,
+            grants,
+            limits,
+            sha256,
+            sync_deadline,
+            buffer_budget,
+        } = plugin_settings(&self.config, &path, self.namespace.as_deref()).map_err(|cause| {
+            LoadFailure::Settings {
+                path: path.clone(),
+                cause,
+            }
+        })?;
+        // Checked before a byte of it is compiled.
+        if let Some(expected) = sha256
+            && expected != hash.to_string()
+        {
+            return Err(LoadFailure::NotPinned {
+                name: path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                path,
+                expected,
+                actual: hash.to_string(),
+            });
+        }
+        // Each version leases the caches it reads for itself, so that unloading it stops
+        // the informers only it needed.
+        let cache = Arc::new(FactoryCache::new(
+            self.factory.clone(),
+            self.resolve.clone(),
+            self.namespace.clone(),
+        ));
+        let plugin = self
+            .runtime
+            .load(PluginSpec {
+                path: path.clone(),
+                bytes,
+                settings,
+                grants,
+                limits,
+                cache: cache.clone(),
+                writer: self.writer.clone(),
+            })
+            .await?;
+        let description = plugin.description();
+        // `/plugins` names it from now on, while the rest of its load goes on.
+        if let Some(entry) = self.table().get_mut(&path) {
+            entry.described_as = Some(description.name.clone());
+        }
+        if let Some(cause) = name_mismatch(&path, &description.name) {
+            return Err(LoadFailure::NameMismatch {
+                path,
+                plugin: description.name.clone(),
+                cause,
+            });
+        }
+        let mut keys = Vec::with_capacity(description.subscriptions.len());
+        for wanted in &description.subscriptions {
+            let resource = self
+                .resolve
+                .resolve(&wanted.resource)
+                .await
+                .ok_or_else(|| LoadFailure::Unresolved {
+                    path: path.clone(),
+                    plugin: description.name.clone(),
+                    resource: wanted.resource.clone(),
+                })?;
+            // The host's namespace limits only namespaced types; a namespace on a
+            // cluster-scoped type is a plugin error.
+            let namespace = match (&wanted.namespace, resource.namespaced) {
+                (Some(namespace), false) => {
+                    return Err(LoadFailure::ClusterScoped {
+                        path: path.clone(),
+                        plugin: description.name.clone(),
+                        resource: wanted.resource.clone(),
+                        namespace: namespace.clone(),
+                    });
+                }
+                (_, false) => None,
+                // The host's namespace bounds every subscription.
+                (Some(namespace), true)
+                    if self
+                        .namespace
+                        .as_ref()
+                        .is_some_and(|host| host != namespace) =>
+                {
+                    return Err(LoadFailure::OutsideNamespace {
+                        path: path.clone(),
+                        plugin: description.name.clone(),
+                        resource: wanted.resource.clone(),
+                        namespace: namespace.clone(),
+                        host: self.namespace.clone().unwrap_or_default(),
+                    });
+                }
+                (namespace, true) => namespace.clone().or_else(|| self.namespace.clone()),
+            };
+            keys.push(InformerKey {
+                resource,
+                namespace,
+                label_selector: wanted.label_selector.clone(),
+                field_selector: wanted.field_selector.clone(),
+            });
+        }
+        let warm = keys
+            .iter()
+            .zip(&description.subscriptions)
+            .map(|(key, wanted)| self.factory.lease(key.clone(), needs(wanted)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| LoadFailure::Start {
+                path: path.clone(),
+                cause: e.to_string(),
+            })?;
+        let mut reads: Vec<(Gvk, SharedIndexInformer)> = description
+            .subscriptions
+            .iter()
+            .zip(&warm)
+            .map(|(wanted, lease)| (wanted.resource.clone(), lease.informer().clone()))
+            .collect();
+        // Its cache reads start now, so that its first read finds a synced cache. A read of
+        // a type the cluster does not serve answers `not-found`; nothing to wait for.
+        let cached = description
+            .reads
+            .iter()
+            .map(|read| &read.resource)
+            .chain(description.indexes.iter().map(|index| &index.resource));
+        for resource in cached {
+            if self.resolve.resolve(resource).await.is_some()
+                && let Some(informer) = cache.informer(resource)
+            {
+                reads.push((resource.clone(), informer));
+            }
+        }
+        Ok(Prepared {
+            path,
+            hash,
+            plugin: Arc::new(plugin),
+            keys,
+            warm,
+            reads,
+            sync_deadline,
+            buffer_budget,
+            load_time: started.elapsed(),
+        })
+    }
+
+    /// Starts `prepared` from a task of its own once every informer it reads has synced.
+    /// Past its sync deadline it is reported failed, naming each informer and why it has not
+    /// synced; it still starts when they do (they keep retrying with back-off), unless a
+    /// newer version or the file's removal supersedes it first.
+    pub(super) fn start_when_synced(self: &Arc<Self>, prepared: Prepared) {
+        let cancel = CancellationToken::new();
+        {
+            let mut table = self.table();
+            let entry = table.entry(prepared.path.clone()).or_default();
+            if let Some(older) = entry.syncing.replace(Syncing {
+                cancel: cancel.clone(),
+            }) {
+                older.cancel.cancel();
+            }
+            entry.loading = false;
+        }
+        self.changed();
+        info!(
+            plugin = prepared.plugin.name(),
+            file = %prepared.path.display(),
+            "plugin loaded; it starts once the informers it reads have synced"
+        );
+        let host = self.clone();
+        tokio::spawn(async move {
+            let late = async {
+                match tokio::time::Instant::now().checked_add(prepared.sync_deadline) {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let informers: Vec<SharedIndexInformer> = prepared
+                .reads
+                .iter()
+                .map(|(_, informer)| informer.clone())
+                .collect();
+            // Complete, not only synced: a type switched to whole objects for a reader of
+            // bodies relists before the plugin may read it.
+            let synced = futures::future::join_all(
+                informers
+                    .iter()
+                    .map(SharedIndexInformer::wait_for_complete_cache),
+            );
+            tokio::pin!(synced);
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => return,
+                _ = &mut synced => {}
+                () = late => {
+                    host.failed(prepared.not_synced());
+                    tokio::select! {
+                        biased;
+                        () = cancel.cancelled() => return,
+                        _ = synced => {}
+                    }
+                }
+            }
+            let _writing = host.writing.lock().await;
+            // Superseded while it waited for the writer?
+            if cancel.is_cancelled() {
+                return;
+            }
+            if let Some(entry) = host.table().get_mut(&prepared.path) {
+                entry.syncing = None;
+            }
+            if let Err(failure) = host.install_locked(prepared).await {
+                host.failed(failure);
+            }
+        });
+    }
+
+    /// Swaps `prepared` in. With the same subscriptions it inherits the running listeners
+    /// (every notification delivered exactly once across the swap); otherwise, or when the
+    /// host replays on swap, it gets new registrations, whose replay of the cache arrives as
+    /// in-initial-list adds, and the old ones are removed after the old version's call in
+    /// flight. While this replica follows,
+    /// the version only waits, its informers warm.
+    pub(super) async fn install(&self, prepared: Prepared) -> Result<(), LoadFailure> {
+        let _writing = self.writing.lock().await;
+        self.install_locked(prepared).await
+    }
+
+    /// [`install`](Self::install), for a caller that holds `writing`.
+    async fn install_locked(&self, prepared: Prepared) -> Result<(), LoadFailure> {
+        let Prepared {
+            path,
+            hash,
+            plugin,
+            keys,
+            warm,
+            buffer_budget,
+            load_time,
+            ..
+        } = prepared;
+        let name = plugin.name().to_owned();
+        let version = plugin.description().version.clone();
+        // A follower's plugins write nothing until it leads.
+        plugin.fence_writes(!self.is_leading());
+        {
+            let mut table = self.table();
+            let entry = table.entry(path.clone()).or_default();
+            if let Some(serving) = entry.serving.as_mut()
+                && serving.keys == keys
+                && !self.replay_on_swap
+                && let Some(delivering) = &serving.delivering
+                && let Ok(Some(old)) = delivering.control.replace(plugin.clone())
+            {
+                entry.retired.retire(old.stats().clone());
+                serving.plugin = plugin;
+                serving.hash = hash;
+                serving.loaded_at = SystemTime::now();
+                serving.load_time = load_time;
+                entry.loading = false;
+                entry.last_error = None;
+                entry.failure_summary = None;
+                drop(table);
+                self.reloads.success.fetch_add(1, Ordering::Relaxed);
+                self.changed();
+                info!(plugin = %name, %version, file = %path.display(), %hash, "plugin swapped in; it inherits the running listeners");
+                return Ok(());
+            }
+        }
+        let start = |cause: String| LoadFailure::Start {
+            path: path.clone(),
+            cause,
+        };
+        // New registrations first, so that informers shared with the old version keep
+        // running; they buffer while the old version finishes.
+        let registered = if self.is_leading() {
+            Some(
+                self.register(&plugin, &keys, buffer_budget)
+                    .map_err(start)?,
+            )
+        } else {
+            None
+        };
+        let old = self.table().get_mut(&path).and_then(|e| e.serving.take());
+        if let Some(old) = old {
+            let mut merged = 0;
+            if let Some(delivering) = old.delivering {
+                merged = delivering.merged();
+                delivering.stop(old.plugin.name()).await;
+            }
+            // After the stop: the calls that were in flight count too.
+            let totals = Totals::of(&old.plugin).with_merged(merged);
+            if let Some(entry) = self.table().get_mut(&path) {
+                entry.retired.add(totals);
+            }
+        }
+        let delivering = match registered {
+            Some(registered) => Some(self.deliver(&plugin, registered).map_err(start)?),
+            None => None,
+        };
+        let mut table = self.table();
+        let entry = table.entry(path.clone()).or_default();
+        let state = if delivering.is_some() {
+            "plugin running"
+        } else {
+            "plugin loaded; it runs once this replica leads"
+        };
+        entry.serving = Some(Serving {
+            plugin,
+            hash,
+            loaded_at: SystemTime::now(),
+            load_time,
+            keys,
+            buffer_budget,
+            warm,
+            delivering,
+        });
+        entry.loading = false;
+        entry.last_error = None;
+        entry.failure_summary = None;
+        drop(table);
+        self.reloads.success.fetch_add(1, Ordering::Relaxed);
+        self.changed();
+        info!(plugin = %name, %version, file = %path.display(), %hash, "{state}");
+        Ok(())
+    }
+}
