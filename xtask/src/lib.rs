@@ -20,6 +20,9 @@
 //!
 //! [`bench`] (`cargo xtask bench`) runs the benchmarks and checks their figures against the
 //! project's targets.
+//!
+//! `cargo test -p xtask` checks rules `ARCHITECTURE.md` states: [`boundaries`] (which crates
+//! may never be built into which) and [`lines`] (no source file over 1,000 lines).
 
 use std::path::{Path, PathBuf};
 
@@ -28,6 +31,7 @@ use kubeplug_build::{BuildOptions, Language, Project, Toolchains};
 
 pub mod bench;
 pub mod boundaries;
+pub mod lines;
 mod rust;
 
 pub use kubeplug_build::WASM_TARGET;
