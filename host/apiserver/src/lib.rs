@@ -30,8 +30,12 @@
 //!   stores what it is sent: no schemas, no field validation).
 //!
 //! With a bearer token ([`ApiOptions::bearer_token`]) every request must carry it, else
-//! `401`. With the `faults` feature, [`HttpFaults`] scripts raw answers and cut watch lines
-//! and records requests, for the tests.
+//! `401`, and its body is not read. Every connection is bounded, token or not (`serve`): at
+//! most 512 at once (fewer under a low descriptor limit), a TLS handshake and each request
+//! head within 10 s (an idle keep-alive connection too), an answer the client stops reading
+//! abandoned after 60 s without progress; an authenticated request's body is read up to
+//! 3 MiB (else `413`) within 30 s (else `408`). With the `faults` feature, [`HttpFaults`]
+//! scripts raw answers and cut watch lines and records requests, for the tests.
 
 mod events;
 #[cfg(feature = "faults")]
@@ -42,6 +46,7 @@ mod faults;
 mod form;
 mod patch;
 mod routes;
+mod serve;
 mod table;
 
 use std::collections::{BTreeMap, HashMap};
@@ -117,6 +122,8 @@ struct Shared {
     remaining_items: Mutex<HashMap<String, usize>>,
     /// Scripted faults (the `faults` feature); nothing without it.
     faults: faults::HttpFaults,
+    /// The bounds on connections and request bodies.
+    limits: serve::Limits,
 }
 
 /// Most `continue` tokens whose remaining counts [`Shared`] keeps.
@@ -169,6 +176,19 @@ impl ApiServer {
         let bind = |source| ApiServerError::Bind { address, source };
         let listener = TcpListener::bind(address).await.map_err(bind)?;
         let addr = listener.local_addr().map_err(bind)?;
+        let limits = serve::Limits::for_this_process();
+        Ok(Self::serve_on(listener, addr, memory, options, tls, limits))
+    }
+
+    /// Serves `memory` on `listener`, bound to `addr`, within `limits`.
+    fn serve_on(
+        listener: TcpListener,
+        addr: SocketAddr,
+        memory: MemoryServer,
+        options: ApiOptions,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        limits: serve::Limits,
+    ) -> Self {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let (drops, _) = watch::channel(0);
         let shared = Arc::new(Shared {
@@ -181,13 +201,14 @@ impl ApiServer {
             drops,
             remaining_items: Mutex::default(),
             faults: faults::HttpFaults::new(),
+            limits,
         });
-        let accept = tokio::spawn(routes::accept_loop(listener, shared.clone(), tls));
-        Ok(Self {
+        let accept = tokio::spawn(serve::accept_loop(listener, shared.clone(), tls));
+        Self {
             shared,
             addr,
             accept,
-        })
+        }
     }
 
     /// The server's address, e.g. `http://127.0.0.1:40123`.
@@ -288,8 +309,10 @@ pub fn reason_for(code: u16) -> &'static str {
         403 => "Forbidden",
         404 => "NotFound",
         405 => "MethodNotAllowed",
+        408 => "Timeout",
         409 => "Conflict",
         410 => "Expired",
+        413 => "RequestEntityTooLarge",
         415 => "UnsupportedMediaType",
         422 => "Invalid",
         429 => "TooManyRequests",

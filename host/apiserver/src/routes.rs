@@ -1,6 +1,6 @@
 //! Connections, routing and the answers of the server.
 //!
-//! This module accepts connections, checks the bearer token, reads what a path names and
+//! This module checks the bearer token, reads what a path names and
 //! negotiates the form of the answer; the answers are in its children, one per family of
 //! operations: [`discovery`] (the groups, versions and OpenAPI documents), [`read`] (get and
 //! list), [`watch`] (the streamed watch body) and [`write`] (create, update, patch, apply and
@@ -16,7 +16,6 @@ mod watch;
 mod write;
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::io;
 use std::sync::Arc;
 
@@ -25,62 +24,22 @@ use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::selector::{FieldSelector, LabelSelector};
 use kubeplug_informer::source::{SourceError, Status};
 use kubeplug_memory::{Call, SelectableFields};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 
 use crate::events::View;
 use crate::form::{Answer, Form, Shape};
+use crate::serve::{BodyError, read_body};
 use crate::table::{self, IncludeObject, TableOf};
 use crate::{Shared, lock, reason_for};
 
 use discovery::{group_version, groups, openapi_group_version, openapi_root};
 
 type Body = UnsyncBoxBody<Bytes, io::Error>;
-
-/// Accepts connections until the task is aborted; one task per connection, each ended when
-/// this task is, as a server that stops closes its connections.
-pub(crate) async fn accept_loop(
-    listener: TcpListener,
-    shared: Arc<Shared>,
-    tls: Option<tokio_rustls::TlsAcceptor>,
-) {
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(_) => continue,
-            },
-            Some(_) = connections.join_next() => continue,
-        };
-        let shared = shared.clone();
-        let tls = tls.clone();
-        connections.spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                let shared = shared.clone();
-                async move { Ok::<_, Infallible>(handle(shared, request).await) }
-            });
-            let http = hyper::server::conn::http1::Builder::new();
-            // Errors are the client going away or an aborted watch: nothing to report.
-            match tls {
-                Some(acceptor) => {
-                    if let Ok(stream) = acceptor.accept(stream).await {
-                        let _ = http.serve_connection(TokioIo::new(stream), service).await;
-                    }
-                }
-                None => {
-                    let _ = http.serve_connection(TokioIo::new(stream), service).await;
-                }
-            }
-        });
-    }
-}
 
 fn full(code: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
     Response::builder()
@@ -114,6 +73,17 @@ fn status_response(status: &Status, details: Option<Value>) -> Response<Body> {
 
 fn error(code: u16, message: impl Into<String>) -> Response<Body> {
     status_response(&Status::new(code, reason_for(code), message), None)
+}
+
+/// The answer to a request body not read whole: a `Status` as kube-apiserver's, naming the
+/// bound.
+fn body_error(failure: &BodyError) -> Response<Body> {
+    let code = match failure {
+        BodyError::TooLarge { .. } => 413,
+        BodyError::TimedOut { .. } => 408,
+        BodyError::ReadFailed(_) => 400,
+    };
+    error(code, failure.to_string())
 }
 
 fn source_error(failure: SourceError) -> Response<Body> {
@@ -234,7 +204,9 @@ fn parse_path(path: &str) -> Option<Target> {
     }))
 }
 
-async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
+/// Answers one request: the bearer token first, so that nothing of an unauthenticated
+/// request's body is read.
+pub(crate) async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
     shared.faults.record(&request);
     if let Some(token) = &shared.bearer_token {
         let authorization = request
@@ -325,9 +297,9 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("application/json")
                 .to_owned();
-            let body = match request.into_body().collect().await {
-                Ok(body) => body.to_bytes(),
-                Err(e) => return error(400, format!("reading the request body: {e}")),
+            let body = match read_body(request.into_body(), &shared.limits).await {
+                Ok(body) => body,
+                Err(e) => return body_error(&e),
             };
             let ctx = Ctx {
                 shared: &shared,
