@@ -22,6 +22,10 @@ pub enum Outcome<E> {
     /// Success, but look again later: the back-off is reset and the item is added again
     /// after the delay ([`Queue::add_after`]), e.g. to poll an external state.
     RequeueAfter(Duration),
+    /// Success, but look again soon: the item is added again through its rate limiter
+    /// ([`Queue::add_rate_limited`]), its back-off kept and not logged as a failure: what
+    /// controller-runtime does for `Result{Requeue: true}`.
+    Requeue,
     /// Failure: logged, and the item is retried with back-off ([`Queue::add_rate_limited`]).
     Error(E),
 }
@@ -135,6 +139,7 @@ where
                 queue.forget(&guard.item);
                 queue.add_after(guard.item.clone(), delay);
             }
+            Ok(Outcome::Requeue) => queue.add_rate_limited(guard.item.clone()),
             Ok(Outcome::Error(error)) => {
                 tracing::warn!(
                     queue = queue.name(),
