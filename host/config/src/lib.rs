@@ -24,6 +24,8 @@
 //! max_wasi_resources = 4096
 //! write_qps = 20.0
 //! write_burst = 30
+//! reconcile_qps = 1000.0
+//! reconcile_burst = 1000
 //! sync_deadline_s = 120
 //! buffer_budget_mib = 16
 //!
@@ -374,6 +376,11 @@ mod tests {
             ("memory_limit_mib = 0", "[defaults] memory_limit_mib is 0"),
             ("call_deadline_ms = 0", "[defaults] call_deadline_ms is 0"),
             ("batch_size = 0", "[defaults] batch_size is 0"),
+            ("reconcile_burst = 0", "[defaults] reconcile_burst is 0"),
+            (
+                "reconcile_qps = 0.0",
+                "[defaults] reconcile_qps is 0; it must be a positive number",
+            ),
             (
                 "memory_limit_mib = 4097",
                 "[defaults] memory_limit_mib is 4097; at most 4096",

@@ -36,6 +36,10 @@ pub struct Limits {
     pub write_qps: Option<f64>,
     /// Cluster writes at once, above the average rate.
     pub write_burst: Option<u32>,
+    /// Reconcile calls per second, on average.
+    pub reconcile_qps: Option<f64>,
+    /// Reconcile calls at once, above the average rate.
+    pub reconcile_burst: Option<u32>,
     /// How long a loaded plugin waits for the informers it reads to sync before it is
     /// reported failed, s. It still starts once they sync.
     pub sync_deadline_s: Option<u64>,
@@ -73,6 +77,10 @@ pub struct SandboxLimits {
     pub write_qps: f64,
     /// Cluster writes at once, above the average rate.
     pub write_burst: u32,
+    /// Reconcile calls per second, on average.
+    pub reconcile_qps: f64,
+    /// Reconcile calls at once, above the average rate.
+    pub reconcile_burst: u32,
     /// How long a loaded plugin waits for its informers to sync before it is failed, s.
     pub sync_deadline_s: u64,
     /// Object JSON an events-mode plugin's buffers may keep alive on their own, MiB.
@@ -97,6 +105,10 @@ impl SandboxLimits {
     ///   once (stdout, stderr, a pollable per pending call); each costs the host memory.
     /// - 20 writes a second in bursts of 30: client-go's default QPS and burst for a client,
     ///   so that one plugin cannot flood the API server for everyone.
+    /// - 1,000 reconciles a second in bursts of 1,000: 60,000 keys a minute, more than a
+    ///   controller's initial pass over a large cluster needs, while a plugin whose
+    ///   `map-event` or requeues multiply its keys costs at most that (a requeue loop ran
+    ///   270,000 a second before).
     /// - A 120 s sync deadline: controller-runtime's `CacheSyncTimeout`.
     /// - A 16 MiB buffer budget: thousands of superseded object versions per plugin, so
     ///   that a plugin that only falls behind keeps its history, and one that stalls costs
@@ -115,6 +127,8 @@ impl SandboxLimits {
         max_wasi_resources: 4096,
         write_qps: 20.0,
         write_burst: 30,
+        reconcile_qps: 1000.0,
+        reconcile_burst: 1000,
         sync_deadline_s: 120,
         buffer_budget_mib: 16,
     };
@@ -148,6 +162,8 @@ impl Limits {
             max_wasi_resources: pick!(max_wasi_resources),
             write_qps: pick!(write_qps),
             write_burst: pick!(write_burst),
+            reconcile_qps: pick!(reconcile_qps),
+            reconcile_burst: pick!(reconcile_burst),
             sync_deadline_s: pick!(sync_deadline_s),
             buffer_budget_mib: pick!(buffer_budget_mib),
         }
@@ -173,6 +189,7 @@ impl Limits {
             ("max_table_elements", self.max_table_elements.map(u64::from)),
             ("max_wasi_resources", self.max_wasi_resources.map(u64::from)),
             ("write_burst", self.write_burst.map(u64::from)),
+            ("reconcile_burst", self.reconcile_burst.map(u64::from)),
             ("sync_deadline_s", self.sync_deadline_s),
             ("buffer_budget_mib", self.buffer_budget_mib.map(u64::from)),
         ];
@@ -181,12 +198,17 @@ impl Limits {
                 return Err(format!("{section} {key} is 0; it must be at least 1"));
             }
         }
-        if let Some(qps) = self.write_qps
-            && !(qps.is_finite() && qps > 0.0)
-        {
-            return Err(format!(
-                "{section} write_qps is {qps}; it must be a positive number"
-            ));
+        for (key, qps) in [
+            ("write_qps", self.write_qps),
+            ("reconcile_qps", self.reconcile_qps),
+        ] {
+            if let Some(qps) = qps
+                && !(qps.is_finite() && qps > 0.0)
+            {
+                return Err(format!(
+                    "{section} {key} is {qps}; it must be a positive number"
+                ));
+            }
         }
         if let Some(mib) = self.memory_limit_mib
             && mib > SandboxLimits::MAX_MEMORY_LIMIT_MIB

@@ -156,7 +156,8 @@ impl Collector for InformerCollector {
 /// file's):
 /// `kubeplug_plugin_loaded` (1 when running), `kubeplug_plugin_quarantined`,
 /// `kubeplug_plugin_events_total` and `kubeplug_plugin_failures_total` (over every version
-/// of the file); `kubeplug_plugin_reloads_total{result}`; and the series plugins define.
+/// of the file), `kubeplug_plugin_keys_refused_total`, `kubeplug_plugin_buffer_merged_total`;
+/// `kubeplug_plugin_reloads_total{result}`; and the series plugins define.
 #[derive(Debug)]
 pub(crate) struct PluginCollector {
     host: Arc<PluginHost>,
@@ -182,7 +183,7 @@ impl Collector for PluginCollector {
                 (name, r)
             })
             .collect();
-        let families: [Family<PluginReport>; 5] = [
+        let families: [Family<PluginReport>; 6] = [
             Family {
                 name: "kubeplug_plugin_loaded",
                 help: "1 when the plugin is loaded and running.",
@@ -202,6 +203,13 @@ impl Collector for PluginCollector {
                 name: "kubeplug_plugin_failures",
                 help: "Calls into the plugin that failed.",
                 kind: Kind::Counter(|r| r.failures),
+            },
+            Family {
+                name: "kubeplug_plugin_keys_refused",
+                help: "Keys the plugin's map-event named that were dropped: past the first \
+                       1,000 of one call, of a type it enqueues no keys of, or naming no \
+                       possible object.",
+                kind: Kind::Counter(|r| r.keys_refused),
             },
             Family {
                 name: "kubeplug_plugin_buffer_merged",

@@ -46,8 +46,8 @@ use kubeplug_memory::MemoryServer;
 use kubeplug_runtime::events::run_events;
 use kubeplug_runtime::view::BoxFuture;
 use kubeplug_runtime::{
-    ClusterWriter, CompileSource, Grants, Gvk, IndexerMap, Plugin, PluginLimits, PluginSpec,
-    Runtime, RuntimeConfig, Write, WriteError, WriteRate, WriteVerb,
+    ClusterWriter, CompileSource, Grants, Gvk, IndexerMap, Plugin, PluginLimits, PluginSpec, Rate,
+    Runtime, RuntimeConfig, Write, WriteError, WriteVerb,
 };
 
 /// label-audit in every language, the Rust original (the baseline) first.
@@ -191,7 +191,7 @@ async fn load(
                 // An unoptimised host (the smoke run) runs Python's start-up slowly.
                 call_deadline: Duration::from_secs(10),
                 // The cost per event is measured, not the write rate's pacing.
-                writes: WriteRate::UNPACED,
+                writes: Rate::UNPACED,
                 ..PluginLimits::default()
             },
             cache: Arc::new(caches),

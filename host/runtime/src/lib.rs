@@ -29,6 +29,7 @@ mod gvk;
 mod host;
 pub mod index;
 pub mod interface;
+mod mapped;
 pub mod observer;
 pub mod plugin;
 pub mod reconcile;
@@ -44,8 +45,6 @@ pub use engine::{Allocator, CompileSource, EngineError, Live, Runtime, RuntimeCo
 pub use host::{HostCallError, HostCalls};
 pub use kubeplug_policy::{Grants, Gvk, ReadGrant, WriteVerb};
 pub use observer::{CallObserver, CallRecord, Observed, ReconcileCall};
-pub use plugin::{
-    CallError, LoadError, Plugin, PluginInstance, PluginLimits, PluginSpec, WriteRate,
-};
+pub use plugin::{CallError, LoadError, Plugin, PluginInstance, PluginLimits, PluginSpec, Rate};
 pub use status::{PluginMetrics, PluginStats, PluginStatus, RunState};
 pub use view::{CacheView, ClusterWriter, IndexerMap, NoCluster, ObjectRef, Write, WriteError};

@@ -47,7 +47,11 @@ pub struct PluginLimits {
     /// WASI resources an instance may hold at once (default 4,096).
     pub max_wasi_resources: usize,
     /// Cluster writes: their average rate and burst (default 20 per second, 30 at once).
-    pub writes: WriteRate,
+    pub writes: Rate,
+    /// Reconcile calls, however caused (events, `map-event` keys, requeues, retries): their
+    /// average rate and burst (default 1,000 per second, 1,000 at once). A worker waits for
+    /// its turn before it calls the plugin.
+    pub reconciles: Rate,
     /// Attempts per events-mode batch before it is skipped (default 3).
     pub attempts: u32,
     /// First retry delay of a failed batch, doubling (default 100 ms).
@@ -60,18 +64,19 @@ pub struct PluginLimits {
     pub quarantine_backoff_max: Duration,
 }
 
-/// A rate of cluster writes: `per_second` on average, up to `burst` at once.
+/// A rate of something a plugin does (cluster writes, reconciles): `per_second` on
+/// average, up to `burst` at once.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct WriteRate {
-    /// Writes per second, on average.
+pub struct Rate {
+    /// How many per second, on average.
     pub per_second: f64,
-    /// Writes at once above the average.
+    /// How many at once above the average.
     pub burst: u32,
 }
 
-impl WriteRate {
+impl Rate {
     /// No pacing a measurement could notice: for benchmarks of the rest of the path.
-    pub const UNPACED: WriteRate = WriteRate {
+    pub const UNPACED: Rate = Rate {
         per_second: 1e12,
         burst: u32::MAX,
     };
@@ -88,9 +93,13 @@ impl Default for PluginLimits {
             max_instances: 32,
             max_table_elements: 10_000,
             max_wasi_resources: 4096,
-            writes: WriteRate {
+            writes: Rate {
                 per_second: 20.0,
                 burst: 30,
+            },
+            reconciles: Rate {
+                per_second: 1000.0,
+                burst: 1000,
             },
             attempts: 3,
             retry_backoff: Duration::from_millis(100),

@@ -1,16 +1,18 @@
 //! Reconcile mode: events become keys in a rate-limited work queue; N workers, each with its
 //! own instance, call `reconcile`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use kubeplug_informer::listener::{ListenerReceiver, Notification};
 use kubeplug_policy::names::excerpt;
 use kubeplug_workqueue::{Outcome, Queue, Workers, run_workers};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use crate::bindings::guest::ReconcileResult;
+use crate::budget::TokenBucket;
 use crate::convert;
 use crate::description::{Delivery, KeyMapping};
 use crate::driver::{
@@ -18,10 +20,19 @@ use crate::driver::{
 };
 use crate::fault::Breaker;
 use crate::gvk::Gvk;
+pub use crate::mapped::MAX_MAPPED_KEYS;
+use crate::mapped::{DroppedKeys, check_key};
 use crate::observer::{CallRecord, ReconcileCall};
 use crate::plugin::{Plugin, PluginInstance};
 use crate::status::{PluginStats, bounded};
 use crate::view::ObjectRef;
+
+/// The shortest `requeue-after` taken as the plugin asks. A shorter one, 0 included, is a
+/// requeue through the key's rate limiter ([`Outcome::Requeue`], controller-runtime's
+/// `Requeue: true`: client-go's default limiter waits 5 ms, doubling with each requeue in a
+/// row): `requeue-after(0)` otherwise called the plugin again at once, 270,000 times a
+/// second.
+pub const MIN_REQUEUE_AFTER: Duration = Duration::from_millis(100);
 
 /// The running parts of a reconcile-mode plugin.
 #[derive(Debug)]
@@ -57,6 +68,13 @@ pub fn run_reconcile(
 /// - after `max_consecutive_failures` failures in a row the plugin is quarantined: workers
 ///   wait out an exponential back-off before the next call (keys keep coalescing), or
 ///   until `control` stops, whichever comes first;
+/// - calls are paced by the plugin's `reconciles` rate ([`PluginLimits`]): a worker waits
+///   for its turn (or for the stop) before it calls;
+/// - a `requeue-after` under [`MIN_REQUEUE_AFTER`] requeues the key rate-limited;
+/// - of the keys one `map-event` call names, at most [`MAX_MAPPED_KEYS`] are taken, and
+///   only those the plugin may reconcile (its types, names and namespaces an object can
+///   have); the others are dropped, counted in `keys_refused` and logged at most once every
+///   10 s per subscription;
 /// - keys outside the control's [`KeyShare`](crate::KeyShare) are not enqueued, and a worker
 ///   that takes one forgets it without calling the plugin;
 /// - a version swapped in through `control` maps the next batch and reconciles the next key
@@ -86,11 +104,18 @@ pub fn drive_reconcile(
         .collect();
     let follower = control.follow();
     let shared: Arc<SharedVersion> = Arc::default();
+    let rate = plugin.limits().reconciles;
+    let pace = Arc::new(Mutex::new(TokenBucket::new(
+        rate.per_second,
+        f64::from(rate.burst),
+        Instant::now(),
+    )));
     let workers = run_workers(&queue, workers, move |target: ObjectRef| {
         let current = follower.peek();
         let shared = shared.clone();
         let (share, call) = follower.begin();
         let stopped = follower.stopped();
+        let pace = pace.clone();
         async move {
             let _call = call;
             match current {
@@ -98,12 +123,22 @@ pub fn drive_reconcile(
                 Some(_) if !share.owns_target(&target) => Outcome::Done,
                 Some(plugin) => {
                     let version = shared.of(plugin);
-                    // A quarantine pause lasts up to `quarantine_backoff_max`; a stop (the
-                    // host shutting down or unloading the plugin) must not wait it out.
+                    // A quarantine pause lasts up to `quarantine_backoff_max`, and a turn
+                    // of the rate as long as the keys queued ahead; a stop (the host
+                    // shutting down or unloading the plugin) waits out neither.
+                    tokio::pin!(stopped);
                     tokio::select! {
                         biased;
-                        () = stopped => return Outcome::Done,
+                        () = &mut stopped => return Outcome::Done,
                         () = version.breaker.wait() => {}
+                    }
+                    let turn = lock(&pace).reserve(Instant::now(), Duration::MAX);
+                    if let Some(wait) = turn.filter(|wait| !wait.is_zero()) {
+                        tokio::select! {
+                            biased;
+                            () = &mut stopped => return Outcome::Done,
+                            () = tokio::time::sleep(wait) => {}
+                        }
                     }
                     let span = tracing::debug_span!(
                         "reconcile",
@@ -122,6 +157,12 @@ pub fn drive_reconcile(
         workers,
         feeders,
     })
+}
+
+/// The pace's lock: held for one arithmetic step, never across an await.
+fn lock(pace: &Mutex<TokenBucket>) -> MutexGuard<'_, TokenBucket> {
+    pace.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The key of `object`'s owner of kind `owner` (group and kind compared). A namespaced owner
@@ -151,6 +192,7 @@ async fn feed(
 ) {
     // The instance `map-event` runs on, with the version it belongs to.
     let mut mapper: Option<(Arc<Plugin>, PluginInstance)> = None;
+    let mut dropped = DroppedKeys::default();
     loop {
         let Some(plugin) = follower.current() else {
             return;
@@ -211,7 +253,24 @@ async fn feed(
                     let (_, live) = mapper.as_mut().expect("mapper was just made");
                     match live.map_event(&event).await {
                         Ok(keys) => {
-                            keys.into_iter().for_each(add);
+                            let named = keys.len();
+                            let mut refused = named.saturating_sub(MAX_MAPPED_KEYS);
+                            let mut why = format!("past the first {MAX_MAPPED_KEYS} of one call");
+                            let namespaced = |t: &Gvk| plugin.namespaced(t);
+                            for key in keys.into_iter().take(MAX_MAPPED_KEYS) {
+                                match check_key(plugin.description(), namespaced, key) {
+                                    Ok(key) => add(key),
+                                    Err(reason) => {
+                                        refused += 1;
+                                        why = reason;
+                                    }
+                                }
+                            }
+                            if refused > 0 {
+                                let refused = refused as u64;
+                                PluginStats::add(&plugin.stats().keys_refused, refused);
+                                dropped.dropped(plugin.name(), refused, &why);
+                            }
                             delivered += 1;
                         }
                         Err(e) => {
@@ -230,9 +289,11 @@ async fn feed(
     }
 }
 
-/// One `reconcile` call on a pooled instance, as a worker outcome, which it reports to the
-/// observer and in a `debug` event "reconciled" (fields `plugin`, `key`, `result`: `done`,
-/// `requeue-after` with `requeue_after_ms`, or `error` with `error`).
+/// One `reconcile` call on a pooled instance, as a worker outcome. The observer is told
+/// what the plugin answered; the outcome, with a `requeue-after` under
+/// [`MIN_REQUEUE_AFTER`] made a [`Outcome::Requeue`], goes to a `debug` event "reconciled"
+/// (fields `plugin`, `key`, `result`: `done`, `requeue-after` with `requeue_after_ms`,
+/// `requeue`, or `error` with `error`) and to the queue.
 async fn reconcile_one(version: &Version, target: ObjectRef) -> Outcome<String> {
     let plugin = version.plugin.name();
     let call = version.plugin.reconcile_call(&target);
@@ -245,19 +306,26 @@ async fn reconcile_one(version: &Version, target: ObjectRef) -> Outcome<String> 
         ended: SystemTime::now(),
         ok: !matches!(outcome, Outcome::Error(_)),
     });
+    version.plugin.observe(call, || CallRecord::Reconciled {
+        outcome: outcome.clone(),
+    });
+    let outcome = match outcome {
+        Outcome::RequeueAfter(delay) if delay < MIN_REQUEUE_AFTER => Outcome::Requeue,
+        outcome => outcome,
+    };
     match &outcome {
         Outcome::Done => tracing::debug!(plugin, key = %target, result = "done", "reconciled"),
         Outcome::RequeueAfter(delay) => tracing::debug!(
             plugin, key = %target, result = "requeue-after",
             requeue_after_ms = delay.as_millis() as u64, "reconciled"
         ),
+        Outcome::Requeue => {
+            tracing::debug!(plugin, key = %target, result = "requeue", "reconciled");
+        }
         Outcome::Error(error) => {
             tracing::debug!(plugin, key = %target, result = "error", %error, "reconciled");
         }
     }
-    version.plugin.observe(call, || CallRecord::Reconciled {
-        outcome: outcome.clone(),
-    });
     outcome
 }
 

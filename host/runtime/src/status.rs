@@ -33,6 +33,7 @@ pub struct PluginStats {
     pub(crate) instances_created: AtomicU64,
     pub(crate) denied: AtomicU64,
     pub(crate) reconciles: AtomicU64,
+    pub(crate) keys_refused: AtomicU64,
     pub(crate) quarantines: AtomicU64,
     pub(crate) consecutive_failures: AtomicU64,
     pub(crate) call_nanos: AtomicU64,
@@ -58,6 +59,10 @@ pub struct PluginStatus {
     pub denied: u64,
     /// Reconcile calls made.
     pub reconciles: u64,
+    /// Keys its `map-event` named that were dropped: past the first
+    /// [`MAX_MAPPED_KEYS`](crate::reconcile::MAX_MAPPED_KEYS) of one call, of a type it enqueues
+    /// no keys of, or with a name or namespace no object can have.
+    pub keys_refused: u64,
     /// Times it was quarantined.
     pub quarantines: u64,
     /// Wall-clock time spent inside calls into the plugin (lowering the arguments, running
@@ -116,6 +121,7 @@ impl PluginStats {
             instances_created: get(&self.instances_created),
             denied: get(&self.denied),
             reconciles: get(&self.reconciles),
+            keys_refused: get(&self.keys_refused),
             quarantines: get(&self.quarantines),
             call_nanos: get(&self.call_nanos),
             last_error: lock(&self.last_error).clone(),

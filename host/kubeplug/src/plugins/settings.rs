@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use kubeplug_runtime::{DescriptionBounds, PluginLimits, WriteRate};
+use kubeplug_runtime::{DescriptionBounds, PluginLimits, Rate};
 
 use crate::config::{Config, SandboxLimits};
 
@@ -72,9 +72,13 @@ fn runtime_limits(configured: &SandboxLimits) -> PluginLimits {
         max_instances: count(configured.max_instances),
         max_table_elements: count(configured.max_table_elements),
         max_wasi_resources: count(configured.max_wasi_resources),
-        writes: WriteRate {
+        writes: Rate {
             per_second: configured.write_qps,
             burst: configured.write_burst,
+        },
+        reconciles: Rate {
+            per_second: configured.reconcile_qps,
+            burst: configured.reconcile_burst,
         },
         ..PluginLimits::default()
     }

@@ -19,6 +19,8 @@ pub(super) struct Totals {
     failures: u64,
     /// Notifications merged by its buffers over their budget.
     merged: u64,
+    /// Keys its `map-event` named that were dropped.
+    keys_refused: u64,
 }
 
 impl Totals {
@@ -32,6 +34,7 @@ impl Totals {
             events: status.events_delivered,
             failures: status.calls_failed,
             merged: 0,
+            keys_refused: status.keys_refused,
         }
     }
 
@@ -43,6 +46,7 @@ impl Totals {
         self.events += other.events;
         self.failures += other.failures;
         self.merged += other.merged;
+        self.keys_refused += other.keys_refused;
     }
 }
 
@@ -111,6 +115,10 @@ pub(crate) struct PluginReport {
     pub(crate) events_delivered: u64,
     /// Over every version of this file.
     pub(crate) failures: u64,
+    /// Over every version of this file: keys its `map-event` named that were dropped (past
+    /// the first 1,000 of one call, of a type it enqueues no keys of, or naming no possible
+    /// object).
+    pub(crate) keys_refused: u64,
     /// The informers of the serving version's subscriptions, in their order.
     pub(crate) informers: Vec<InformerReport>,
 }
@@ -174,6 +182,7 @@ pub(super) fn report(file: &Path, entry: &Entry) -> PluginReport {
         buffer_depth: delivering.map_or(0, |d| d.probes.iter().map(ListenerProbe::depth).sum()),
         events_delivered: totals.events,
         failures: totals.failures,
+        keys_refused: totals.keys_refused,
         buffer_merged: totals.merged,
         informers: serving.map_or_else(Vec::new, |r| {
             r.warm

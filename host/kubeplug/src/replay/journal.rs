@@ -211,6 +211,9 @@ fn to_call(observed: Observed) -> Option<Call> {
                 Outcome::RequeueAfter(delay) => {
                     ("requeue-after", Some(delay.as_millis() as u64), None)
                 }
+                // The queue's word for a short requeue-after; the observer is told what the
+                // plugin answered, so a journal shows none.
+                Outcome::Requeue => ("requeue", None, None),
                 Outcome::Error(error) => ("error", None, Some(error)),
             };
             Call::Reconcile {

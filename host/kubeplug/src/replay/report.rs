@@ -314,6 +314,7 @@ mod tests {
             instances_created: 1,
             denied: 0,
             reconciles: 7,
+            keys_refused: 0,
             quarantines: 0,
             call_nanos: 1,
             last_error: None,

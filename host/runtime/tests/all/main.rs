@@ -13,5 +13,6 @@ mod observer;
 mod polyglot;
 mod projections;
 mod reconcile;
+mod reconcile_hostile;
 mod sandbox;
 mod settings;

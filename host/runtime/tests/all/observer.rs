@@ -146,7 +146,7 @@ async fn writes_and_results_are_recorded_in_the_reconcile_call_that_made_them() 
         match (mode, outcome) {
             ("ok", Outcome::Done) => {}
             ("requeue", Outcome::RequeueAfter(delay)) => {
-                ensure!(*delay == Duration::from_millis(20));
+                ensure!(*delay == Duration::from_millis(150));
             }
             ("fail", Outcome::Error(error)) => {
                 ensure!(error.contains("ns/broken is labelled mode=fail"), "{error}");

@@ -1,7 +1,8 @@
 //! Test guest, reconcile mode with 4 workers over ConfigMaps. For each key it reads the
 //! object from the cache and, by its `mode` label: `ok` → done, `requeue` → requeue-after
-//! 20 ms, `fail` → error. It brackets each call with `start`/`end` Observations (created
-//! through `cluster`) and spins ~2 ms in between, so the test can see overlapping calls.
+//! 150 ms (over the host's 100 ms floor), `fail` → error. It brackets each call with
+//! `start`/`end` Observations (created through `cluster`) and spins ~2 ms in between, so
+//! the test can see overlapping calls.
 
 use kubeplug_sdk::prelude::*;
 use serde_json::json;
@@ -56,7 +57,7 @@ impl Plugin for Reconciler {
             return ReconcileResult::Error(e);
         }
         match mode.as_str() {
-            "requeue" => ReconcileResult::RequeueAfter(20),
+            "requeue" => ReconcileResult::RequeueAfter(150),
             "fail" => ReconcileResult::Error(format!("{key} is labelled mode=fail")),
             _ => ReconcileResult::Done,
         }
