@@ -253,6 +253,27 @@ impl DriverControl {
         self.target.send_replace(None);
     }
 
+    /// Awaits `drivers` (the tasks of the drivers this control drives, joined) until
+    /// `deadline`; past it, calls `at_deadline` (to say what is left), stops the control and
+    /// awaits them. A driver ends at its next step once stopped, and a quarantine pause or a
+    /// retry's back-off is such a step, so a drain never waits one out past its deadline.
+    pub async fn drain_by<F: Future>(
+        &self,
+        drivers: F,
+        deadline: tokio::time::Instant,
+        at_deadline: impl FnOnce(),
+    ) {
+        tokio::pin!(drivers);
+        if tokio::time::timeout_at(deadline, drivers.as_mut())
+            .await
+            .is_err()
+        {
+            at_deadline();
+            self.stop();
+            drivers.await;
+        }
+    }
+
     pub(crate) fn follow(&self) -> Follower {
         Follower {
             target: self.target.subscribe(),

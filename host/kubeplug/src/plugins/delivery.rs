@@ -31,29 +31,35 @@ impl Delivering {
         drop(self.subscriptions);
     }
 
-    /// Ends deliveries gracefully: no new notifications; the keys already queued are still
-    /// reconciled until `deadline`, then dropped; calls in flight always finish.
+    /// Ends deliveries gracefully: no new notifications; what the listeners hold and the
+    /// keys already queued are still delivered until `deadline`, then dropped; calls in
+    /// flight always finish. A quarantine pause is not waited out past `deadline`.
     pub(super) async fn drain(self, plugin: &str, deadline: tokio::time::Instant) {
-        // Closing the listeners ends the events driver and the feeders after their batch.
+        // Closing the listeners ends the events driver and the feeders once they have
+        // delivered what their buffers hold, which a quarantined plugin would do only after
+        // its pause (up to 5 minutes).
         drop(self.subscriptions);
-        join_all(plugin, self.tasks).await;
-        if let Some((queue, workers)) = self.reconcile {
-            queue.shut_down();
-            let joined = workers.join();
-            tokio::pin!(joined);
-            if tokio::time::timeout_at(deadline, joined.as_mut())
-                .await
-                .is_err()
-            {
+        let drivers = join_all(plugin, self.tasks);
+        self.control
+            .drain_by(drivers, deadline, || {
                 warn!(
                     plugin,
-                    dropped = queue.len(),
-                    "the shutdown deadline passed with keys still queued; they are dropped"
+                    "the shutdown deadline passed with notifications undelivered; they are dropped"
                 );
-                // Workers now drop the keys they take without calling the plugin.
-                self.control.stop();
-                joined.await;
-            }
+            })
+            .await;
+        if let Some((queue, workers)) = self.reconcile {
+            queue.shut_down();
+            // Past the deadline, workers drop the keys they take without calling the plugin.
+            self.control
+                .drain_by(workers.join(), deadline, || {
+                    warn!(
+                        plugin,
+                        dropped = queue.len(),
+                        "the shutdown deadline passed with keys still queued; they are dropped"
+                    );
+                })
+                .await;
         }
         self.control.stop();
     }

@@ -267,3 +267,51 @@ async fn shard_a_new_share_settles_after_the_call_in_flight() -> Result<()> {
     driver.await?;
     Ok(())
 }
+
+/// Issue 44: a drain stops a quarantined events driver at its deadline instead of waiting
+/// out its pause (up to `quarantine_backoff_max`, 5 minutes by default: a host's shutdown
+/// took 61 s against a 30 s timeout). Paused time: the drain takes the second it is given.
+#[tokio::test(start_paused = true)]
+async fn a_drain_ends_a_quarantine_pause_at_its_deadline() -> Result<()> {
+    let server = MemoryServer::new();
+    server.create(&pods(), &pod("a", &[], &[])).unwrap();
+    let (informer, receivers) = informer(&server, pods(), 1);
+    let pause = Duration::from_secs(256);
+    let limits = PluginLimits {
+        attempts: 1,
+        max_consecutive_failures: 1,
+        quarantine_backoff: pause,
+        quarantine_backoff_max: pause,
+        ..PluginLimits::default()
+    };
+    let plugin = load(
+        &runtime(),
+        "hostile-panic",
+        BTreeMap::new(),
+        Arc::new(Recorder::default()),
+        Grants::default().allow_read(gvk(&pods())),
+        limits,
+    )
+    .await?;
+    let control = DriverControl::new(plugin.clone());
+    let driver = drive_events(&control, receivers)?;
+    until("quarantined", Duration::from_secs(60), || {
+        plugin.status().quarantines >= 1
+    })
+    .await?;
+    // As the host drains: its listeners close, and the driver is given until a deadline.
+    informer.stop().await;
+    let draining = tokio::time::Instant::now();
+    let deadline = draining + Duration::from_secs(1);
+    let mut past_deadline = false;
+    control
+        .drain_by(driver, deadline, || past_deadline = true)
+        .await;
+    let took = draining.elapsed();
+    assert!(took < pause / 2, "the drain waited out the pause: {took:?}");
+    assert!(
+        past_deadline,
+        "the quarantined driver ended before its deadline"
+    );
+    Ok(())
+}
