@@ -106,7 +106,16 @@ pub enum FactoryError {
         #[source]
         source: SelectorError,
     },
-    /// The source could not serve this key (unknown resource, bad selector, ...).
+    /// The source refuses a selector of the key: it does not parse there, or names a field
+    /// the type does not select on. The asker's mistake: asking again gets the same answer.
+    #[error("cannot watch {key}: {reason}")]
+    SelectorRefused {
+        /// What was asked for.
+        key: String,
+        /// Why the source refused it.
+        reason: String,
+    },
+    /// The source could not serve this key (unknown resource, ...).
     #[error("cannot watch {key}: {reason}")]
     SourceUnavailable {
         /// What was asked for.

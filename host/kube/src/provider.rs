@@ -46,17 +46,17 @@ impl KubeSourceProvider {
 impl KubeSourceProvider {
     /// The source for `key`, its selectors checked.
     fn source(&self, key: &InformerKey) -> Result<KubeListerWatcher, FactoryError> {
-        let unavailable = |reason: String| FactoryError::SourceUnavailable {
+        let refused = |reason: String| FactoryError::SelectorRefused {
             key: key.to_string(),
             reason,
         };
         if let Some(labels) = &key.label_selector {
             LabelSelector::parse(labels)
-                .map_err(|e| unavailable(format!("label selector {labels:?}: {e}")))?;
+                .map_err(|e| refused(format!("label selector {labels:?}: {e}")))?;
         }
         if let Some(fields) = &key.field_selector {
             FieldSelector::parse(fields)
-                .map_err(|e| unavailable(format!("field selector {fields:?}: {e}")))?;
+                .map_err(|e| refused(format!("field selector {fields:?}: {e}")))?;
         }
         Ok(KubeListerWatcher::new(
             self.client.clone(),

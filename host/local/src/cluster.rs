@@ -438,7 +438,7 @@ impl LocalCluster {
 impl LocalCluster {
     /// The memory server's source for `key`, its selectors checked.
     fn source(&self, key: &InformerKey) -> Result<MemoryListerWatcher, FactoryError> {
-        let unavailable = |reason: String| FactoryError::SourceUnavailable {
+        let refused = |reason: String| FactoryError::SelectorRefused {
             key: key.to_string(),
             reason,
         };
@@ -447,18 +447,18 @@ impl LocalCluster {
             .as_deref()
             .map(LabelSelector::parse)
             .transpose()
-            .map_err(|e| unavailable(e.to_string()))?;
+            .map_err(|e| refused(e.to_string()))?;
         let fields = key
             .field_selector
             .as_deref()
             .map(FieldSelector::parse)
             .transpose()
-            .map_err(|e| unavailable(e.to_string()))?;
+            .map_err(|e| refused(e.to_string()))?;
         // Refused here, when the informer is made, rather than by every list it would try.
         if let Some(fields) = &fields {
             SelectableFields::of(&key.resource)
                 .check(fields)
-                .map_err(|message| unavailable(format!("field selector {fields}: {message}")))?;
+                .map_err(|message| refused(format!("field selector {fields}: {message}")))?;
         }
         Ok(self
             .server

@@ -59,6 +59,14 @@ pub(crate) enum LoadFailure {
         expected: String,
         actual: String,
     },
+    /// A subscription's selector is one the cluster refuses (a field the type does not
+    /// select on): the plugin's mistake, so the same file is not tried again.
+    #[error("{path}: subscribe: plugin {plugin}: {cause}", path = path.display())]
+    Selector {
+        path: PathBuf,
+        plugin: String,
+        cause: String,
+    },
     /// Registering its handlers or starting its driver failed.
     #[error("{path}: start: {cause}", path = path.display())]
     Start { path: PathBuf, cause: String },
@@ -98,6 +106,7 @@ impl LoadFailure {
             | LoadFailure::ClusterScoped { plugin, .. }
             | LoadFailure::OutsideNamespace { plugin, .. }
             | LoadFailure::NameMismatch { plugin, .. }
+            | LoadFailure::Selector { plugin, .. }
             | LoadFailure::NotSynced { plugin, .. } => Some(plugin),
             LoadFailure::Rejected { .. }
             | LoadFailure::Settings { .. }
@@ -116,6 +125,7 @@ impl LoadFailure {
             | LoadFailure::ClusterScoped { path, .. }
             | LoadFailure::OutsideNamespace { path, .. }
             | LoadFailure::NameMismatch { path, .. }
+            | LoadFailure::Selector { path, .. }
             | LoadFailure::NotPinned { path, .. }
             | LoadFailure::Start { path, .. }
             | LoadFailure::NotSynced { path, .. } => path,
@@ -142,6 +152,7 @@ impl LoadFailure {
                 "it subscribes outside the namespaces it may watch"
             }
             LoadFailure::NameMismatch { .. } => "its file is named unlike the plugin",
+            LoadFailure::Selector { .. } => "a subscription's selector is refused",
             LoadFailure::NotPinned { .. } => "its content is not the one pinned by sha256",
             LoadFailure::Start { .. } => "its handlers could not start",
         };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime};
 
-use kubeplug_informer::factory::InformerKey;
+use kubeplug_informer::factory::{FactoryError, InformerKey};
 use kubeplug_informer::informer::SharedIndexInformer;
 use kubeplug_runtime::{Gvk, PluginSpec};
 use tokio_util::sync::CancellationToken;
@@ -170,9 +170,18 @@ impl PluginHost {
             .zip(&description.subscriptions)
             .map(|(key, wanted)| self.factory.lease(key.clone(), needs(wanted)))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| LoadFailure::Start {
-                path: path.clone(),
-                cause: e.to_string(),
+            .map_err(|e| match e {
+                FactoryError::InvalidSelector { .. } | FactoryError::SelectorRefused { .. } => {
+                    LoadFailure::Selector {
+                        path: path.clone(),
+                        plugin: description.name.clone(),
+                        cause: e.to_string(),
+                    }
+                }
+                _ => LoadFailure::Start {
+                    path: path.clone(),
+                    cause: e.to_string(),
+                },
             })?;
         let mut reads: Vec<(Gvk, SharedIndexInformer)> = description
             .subscriptions

@@ -1247,6 +1247,39 @@ async fn a_file_named_unlike_its_plugin_is_refused() {
     harness.stop().await;
 }
 
+/// Issue 44: a subscription's field selector on a field the type does not select on is the
+/// plugin's mistake: the load fails once, naming the selector, and the same file is not
+/// tried again. Before, it was retried (every 10 s at last) for ever, logging each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_field_selector_fails_the_load_once() {
+    let config = format!(
+        "{CONFIG}\n[plugins.label-reader]\nsettings = {{ field_selector = \"spec.color=red\" }}\n"
+    );
+    let harness = Harness::configured(
+        DirConfig {
+            settle: Duration::from_millis(100),
+            ..DirConfig::default()
+        },
+        &config,
+    )
+    .await;
+    harness.publish("label-reader.wasm", &guest_bytes("label-reader"));
+    eventually("the load fails", LONG, || harness.loads() == (0, 1)).await;
+    let error = harness
+        .report("label-reader.wasm")
+        .and_then(|r| r.last_error)
+        .unwrap();
+    assert!(
+        error.contains("subscribe: plugin label-reader")
+            && error.contains("field label not supported: spec.color"),
+        "{error}"
+    );
+    // The first retry of a failure worth retrying comes after 1 s.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(harness.loads(), (0, 1), "not retried");
+    harness.stop().await;
+}
+
 /// `sha256` in `[plugins.NAME]` pins the content: only that file loads under the name,
 /// and another is refused before it is compiled; the version serving stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

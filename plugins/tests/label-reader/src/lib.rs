@@ -1,7 +1,8 @@
 //! Test guest: reads one label of every event from typed metadata (no JSON), checks that
 //! resourceVersions of each key only grow, and reports per batch through `metrics`:
 //! `events_total`, `web_total` (events whose label has the wanted value) and
-//! `out_of_order_total`. Settings: `{"label": "app", "value": "web"}` (the defaults).
+//! `out_of_order_total`. Settings: `{"label": "app", "value": "web"}` (the defaults), and
+//! `"field_selector"` for its subscription (none by default).
 
 use std::collections::HashMap;
 
@@ -10,6 +11,7 @@ use kubeplug_sdk::prelude::*;
 struct LabelReader {
     label: String,
     value: String,
+    field_selector: Option<String>,
     last: HashMap<String, u64>,
 }
 
@@ -24,6 +26,7 @@ impl Plugin for LabelReader {
         Ok(Self {
             label: field("label", "app")?,
             value: field("value", "web")?,
+            field_selector: parsed["field_selector"].as_str().map(str::to_owned),
             last: HashMap::new(),
         })
     }
@@ -32,7 +35,10 @@ impl Plugin for LabelReader {
         Description::events(
             "label-reader",
             "0.1.0",
-            vec![Subscription::to(gvk("", "v1", "Pod")).meta(MetaFields::LABELS)],
+            vec![Subscription {
+                field_selector: self.field_selector.clone(),
+                ..Subscription::to(gvk("", "v1", "Pod")).meta(MetaFields::LABELS)
+            }],
         )
     }
 
