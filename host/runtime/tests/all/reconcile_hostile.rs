@@ -65,7 +65,7 @@ async fn map_event_keys_the_plugin_may_not_reconcile_are_dropped() -> Result<()>
     let (informer, plugin, queue, reconciler) =
         start(r#"{"keys": "invalid"}"#, PluginLimits::default()).await?;
     until("the event is mapped", Duration::from_secs(60), || {
-        plugin.status().events_delivered == 1 && queue.len() == 0
+        plugin.status().events_delivered == 1 && queue.is_empty()
     })
     .await?;
     until(
@@ -90,7 +90,7 @@ async fn one_map_event_call_gives_at_most_max_mapped_keys() -> Result<()> {
     until(
         "the mapped keys are reconciled",
         Duration::from_secs(60),
-        || counter(&plugin, "reconciles_total") >= MAX_MAPPED_KEYS as u64 && queue.len() == 0,
+        || counter(&plugin, "reconciles_total") >= MAX_MAPPED_KEYS as u64 && queue.is_empty(),
     )
     .await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
