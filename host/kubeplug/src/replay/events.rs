@@ -17,9 +17,17 @@
 //! `.yaml`, `.yml`), otherwise from the first character.
 
 use std::fmt;
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+
+/// Largest events file read: a replay holds every event in memory, several times its text.
+const MAX_FILE: u64 = 64 << 20;
+
+/// Deepest nesting of flow collections (`[`, `{`) in a YAML document: serde's own limit,
+/// checked on the text first, as the YAML parser took 28 s to reach it on 100,000 levels.
+const MAX_DEPTH: usize = 128;
 
 /// Why an events file cannot be replayed. Each message names the file, and the event with
 /// its line.
@@ -33,6 +41,17 @@ pub(crate) enum EventsError {
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+    /// The file is larger than a replay reads.
+    #[error(
+        "the events file {path} is {size} bytes; at most {MAX_FILE} are replayed",
+        path = path.display()
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size, or how much was read before the bound.
+        size: u64,
     },
     /// A document is not valid YAML or JSON, or not an event.
     #[error("{path}:{line}: event {index}: {reason}", path = path.display())]
@@ -145,12 +164,29 @@ impl Format {
     }
 }
 
-/// Reads and checks every event of `path`.
+/// Reads and checks every event of `path`, refusing a file over [`MAX_FILE`] before reading
+/// it (and one that grows past it while read).
 pub(crate) fn read(path: &Path) -> Result<Vec<InputEvent>, EventsError> {
-    let text = std::fs::read_to_string(path).map_err(|source| EventsError::Unreadable {
+    let unreadable = |source| EventsError::Unreadable {
         path: path.to_owned(),
         source,
-    })?;
+    };
+    let too_large = |size| EventsError::TooLarge {
+        path: path.to_owned(),
+        size,
+    };
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let size = file.metadata().map_err(unreadable)?.len();
+    if size > MAX_FILE {
+        return Err(too_large(size));
+    }
+    let mut text = String::new();
+    file.take(MAX_FILE + 1)
+        .read_to_string(&mut text)
+        .map_err(unreadable)?;
+    if text.len() as u64 > MAX_FILE {
+        return Err(too_large(text.len() as u64));
+    }
     parse(path, &text)
 }
 
@@ -219,6 +255,13 @@ fn yaml_documents(text: &str) -> Vec<Document> {
                 })
                 .count();
             let line = first_line + skipped;
+            if let Some(deep) = flow_depth_exceeds(&chunk, MAX_DEPTH) {
+                let reason = format!("nests deeper than {MAX_DEPTH} levels");
+                return Some(Document {
+                    line,
+                    value: Err((first_line + deep - 1, reason)),
+                });
+            }
             let value = serde_yaml_ng::from_str::<Value>(&chunk).map_err(|error| {
                 let at = error
                     .location()
@@ -231,6 +274,61 @@ fn yaml_documents(text: &str) -> Vec<Document> {
             }
         })
         .collect()
+}
+
+/// The line (from 1) on which `text`'s flow collections (`[`, `{`) nest deeper than `max`,
+/// outside quoted scalars and comments. Written here, not taken from the YAML parser, which
+/// is what is slow on such input; a scalar this misreads only makes it miss, and the
+/// parser's own limit still holds then.
+fn flow_depth_exceeds(text: &str, max: usize) -> Option<usize> {
+    let (mut depth, mut line) = (0usize, 1usize);
+    let mut previous = '\n';
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        // A quote or `#` opens a scalar or a comment only where a token may start.
+        let at_token = matches!(previous, ' ' | '\t' | '\n' | '[' | '{' | ',' | ':');
+        match c {
+            '\n' => line += 1,
+            '[' | '{' => {
+                depth += 1;
+                if depth > max {
+                    return Some(line);
+                }
+            }
+            ']' | '}' => depth = depth.saturating_sub(1),
+            '"' if at_token => {
+                let mut escaped = false;
+                for c in chars.by_ref() {
+                    match c {
+                        '\n' => line += 1,
+                        '"' if !escaped => break,
+                        _ => {}
+                    }
+                    escaped = c == '\\' && !escaped;
+                }
+            }
+            // `''` inside is an escaped quote: the scan closes and reopens, which is the same.
+            '\'' if at_token => {
+                for c in chars.by_ref() {
+                    match c {
+                        '\n' => line += 1,
+                        '\'' => break,
+                        _ => {}
+                    }
+                }
+            }
+            '#' if at_token => {
+                if chars.by_ref().any(|c| c == '\n') {
+                    line += 1;
+                }
+                previous = '\n';
+                continue;
+            }
+            _ => {}
+        }
+        previous = c;
+    }
+    None
 }
 
 /// JSON values one after the other; after a syntax error nothing more can be read.
@@ -408,5 +506,48 @@ mod tests {
             );
             assert_eq!(events[1].change, Change::Deleted);
         }
+    }
+
+    /// Issue 44: 100,000 levels of nesting are refused by a scan of the text, naming the
+    /// line; the YAML parser took 28 s to reach its own limit on them.
+    #[test]
+    fn deep_nesting_is_refused_naming_the_line() {
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let yaml = format!("type: ADDED\nobject:\n  spec: {deep}\n");
+        let error = parse(Path::new("e.yaml"), &yaml).unwrap_err().to_string();
+        assert_eq!(error, "e.yaml:3: event 1: nests deeper than 128 levels");
+        let json = format!("{{\"type\":\"ADDED\",\"object\":{deep}}}");
+        let error = parse(Path::new("e.json"), &json).unwrap_err().to_string();
+        assert!(error.contains("recursion limit exceeded"), "{error}");
+    }
+
+    /// Brackets in quoted scalars and comments are text, not nesting.
+    #[test]
+    fn brackets_in_scalars_and_comments_do_not_nest() {
+        let many = "[".repeat(200);
+        let yaml = format!(
+            "# {many}\ntype: ADDED\nobject:\n  apiVersion: v1\n  kind: ConfigMap\n  \
+             metadata: {{name: c, annotations: {{a: \"{many}\", b: '{many}', c: 'it''s {{'}}}}\n  \
+             data: {{x: \"\\\" {many}\"}}\n"
+        );
+        let events = parse(Path::new("e.yaml"), &yaml).unwrap();
+        assert_eq!(events.len(), 1);
+    }
+
+    /// Issue 44: a file over the bound is refused before it is read (a 184 MB file took the
+    /// replay to 1 GB).
+    #[test]
+    fn a_file_over_the_bound_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("huge.yaml");
+        let file = std::fs::File::create(&path).unwrap();
+        // Sparse: nothing is written, and nothing must be read.
+        file.set_len(MAX_FILE + 1).unwrap();
+        let error = read(&path).unwrap_err();
+        assert!(
+            matches!(error, EventsError::TooLarge { size, .. } if size == MAX_FILE + 1),
+            "{error}"
+        );
+        assert!(error.to_string().contains("huge.yaml"), "{error}");
     }
 }
