@@ -164,10 +164,12 @@ fn build_refuses_a_plugin_that_describes_itself_under_another_name() {
     assert!(!output.status.success());
     assert!(
         stderr.contains(
-            "./audit.wasm: describe() says the plugin is called \"label-audit-c\", its manifest \"audit\""
+            "./audit.wasm: describe() says the plugin is called \"label-audit-c\", its manifest \"audit\"; it is not written"
         ),
         "{stderr}"
     );
+    // Issue 44: a refused build leaves no plugin behind for a watched directory to load.
+    assert!(!dir.join("audit.wasm").exists());
 }
 
 #[test]

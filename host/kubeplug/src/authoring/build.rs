@@ -13,10 +13,11 @@ use crate::cli::BuildArgs;
 use crate::config::Config;
 use crate::run::artifact_cache_dir;
 
-/// Builds the project in `args.dir` with its language's toolchain, copies the component to
-/// `DIR/<name>.wasm`, and loads it as `run` would short of the grants (compile, link,
-/// `init`, `describe`, validation): a plugin that does not load, or describes itself under
-/// another name than its manifest's, fails the build.
+/// Builds the project in `args.dir` with its language's toolchain, loads it as `run` would
+/// short of the grants (compile, link, `init`, `describe`, validation), and only then copies
+/// the component to `DIR/<name>.wasm`: a plugin that does not load, or describes itself
+/// under another name than its manifest's, fails the build and leaves `DIR/<name>.wasm` as it
+/// was (a plugins directory may be watching it).
 pub(crate) async fn build(args: BuildArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let project = Project::open(&args.dir)?;
@@ -39,26 +40,28 @@ pub(crate) async fn build(args: BuildArgs) -> anyhow::Result<()> {
             .context("the build thread failed")??
     };
     let output = project.dir.join(format!("{}.wasm", project.name));
-    kubeplug_build::publish(&component, &output)?;
     // Through the artefact cache `run` and `test` read: the check's compile is theirs too.
     let runtime = Runtime::new(RuntimeConfig {
         artifact_cache: artifact_cache_dir(),
         ..RuntimeConfig::default()
     })
     .context("cannot start the WebAssembly engine")?;
-    let (spec, _) = offline_spec(&output, &Config::default(), None)?;
-    let description = runtime
-        .inspect(spec)
-        .await
-        .with_context(|| format!("{} was built, but does not load", output.display()))?;
+    let (spec, _) = offline_spec(&component, &Config::default(), None)?;
+    let description = runtime.inspect(spec).await.with_context(|| {
+        format!(
+            "{} was built, but does not load; it is not written",
+            output.display()
+        )
+    })?;
     if description.name != project.name {
         bail!(
-            "{}: describe() says the plugin is called {:?}, its manifest {:?}",
+            "{}: describe() says the plugin is called {:?}, its manifest {:?}; it is not written",
             output.display(),
             description.name,
             project.name
         );
     }
+    kubeplug_build::publish(&component, &output)?;
     let size = std::fs::metadata(&output).map_or(0, |m| m.len());
     // What was built is this command's output.
     #[allow(clippy::print_stdout)]
