@@ -20,7 +20,9 @@ use crate::plugin::Plugin;
 use crate::status::{PluginStats, RunState, bounded};
 
 /// Starts delivering to an events-mode plugin that is never swapped: `receivers[i]` is the
-/// listener of `plugin.description().subscriptions[i]`. See [`drive_events`].
+/// listener of `plugin.description().subscriptions[i]`. See [`drive_events`]. For tests and
+/// benches (feature `testing`): the binary always drives plugins under a [`DriverControl`].
+#[cfg(feature = "testing")]
 pub fn run_events(
     plugin: Arc<Plugin>,
     receivers: Vec<ListenerReceiver>,

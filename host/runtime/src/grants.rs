@@ -32,7 +32,8 @@ impl Policy {
         }
     }
 
-    /// A policy that declares `types` read whole, bodies and all.
+    /// A policy that declares `types` read whole, bodies and all ([`crate::HostCalls`]'s).
+    #[cfg(feature = "testing")]
     pub(crate) fn reading_whole(grants: &Grants, types: BTreeSet<Gvk>) -> Self {
         Self {
             grants: grants.clone(),

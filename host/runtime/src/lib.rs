@@ -42,6 +42,7 @@ pub use description::{
 };
 pub use driver::{DriverControl, DriverError, KeyShare};
 pub use engine::{Allocator, CompileSource, EngineError, Live, Runtime, RuntimeConfig};
+#[cfg(feature = "testing")]
 pub use host::{HostCallError, HostCalls};
 pub use kubeplug_policy::{Grants, Gvk, ReadGrant, WriteVerb};
 pub use observer::{CallObserver, CallRecord, Observed, ReconcileCall};
