@@ -130,7 +130,7 @@ pub trait SourceProvider: Send + Sync + 'static {
     /// The list/watch source for `key`, already narrowed to its namespace and selectors.
     fn lister_watcher(&self, key: &InformerKey) -> Result<Arc<dyn ListerWatcher>, FactoryError>;
 
-    /// The decoder for objects of `resource`; by default drops managedFields.
+    /// The decoder for objects of `resource`.
     fn decoder(&self, resource: &Resource) -> ObjectDecoder {
         ObjectDecoder::new(resource.clone())
     }

@@ -385,7 +385,7 @@ impl Object {
 
 /// Turns JSON from the API server into [`Object`]s for one resource.
 ///
-/// The default drops `metadata.managedFields` (client-go's usual transform) and fills in
+/// It always drops `metadata.managedFields` (client-go's usual transform) and fills in
 /// `apiVersion` and `kind`. There is no general transform: an [`Object`] is built only here,
 /// so that its metadata always agrees with its text.
 #[derive(Clone)]
@@ -393,7 +393,6 @@ pub struct ObjectDecoder {
     resource: Resource,
     /// `resource`'s `apiVersion`, which every object is checked against: built once.
     api_version: Box<str>,
-    drop_managed_fields: bool,
     metadata_only: bool,
 }
 
@@ -405,7 +404,6 @@ impl fmt::Debug for ObjectDecoder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ObjectDecoder")
             .field("resource", &self.resource)
-            .field("drop_managed_fields", &self.drop_managed_fields)
             .field("metadata_only", &self.metadata_only)
             .finish()
     }
@@ -417,7 +415,6 @@ impl ObjectDecoder {
         Self {
             api_version: resource.api_version().into(),
             resource,
-            drop_managed_fields: true,
             metadata_only: false,
         }
     }
@@ -435,12 +432,6 @@ impl ObjectDecoder {
     /// Whether [`metadata_only`](Self::metadata_only) was asked for.
     pub fn is_metadata_only(&self) -> bool {
         self.metadata_only
-    }
-
-    /// Keep `metadata.managedFields` in the cached text.
-    pub fn keep_managed_fields(mut self) -> Self {
-        self.drop_managed_fields = false;
-        self
     }
 
     /// The resource this decoder expects.
@@ -540,7 +531,7 @@ impl ObjectDecoder {
         Ok(())
     }
 
-    /// Parses `metadata`, appending it (without managedFields if so configured) to `out`.
+    /// Parses `metadata`, appending it without `managedFields` to `out`.
     fn decode_metadata<'a>(
         &self,
         text: &'a str,
@@ -551,7 +542,7 @@ impl ObjectDecoder {
         out.push('{');
         let mut wrote_any = false;
         while let Some((field, range)) = members.next_member().map_err(not_json)? {
-            if self.drop_managed_fields && field == "managedFields" {
+            if field == "managedFields" {
                 continue;
             }
             let value = &text[range];

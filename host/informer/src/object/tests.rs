@@ -96,13 +96,6 @@ fn labels_are_sorted_and_the_last_duplicate_wins() {
 }
 
 #[test]
-fn keeps_managed_fields_when_asked() {
-    let item = br#"{"metadata":{"name":"a","resourceVersion":"1","managedFields":[]}}"#;
-    let obj = configmaps().keep_managed_fields().decode(item).unwrap();
-    assert!(obj.json().contains("managedFields"));
-}
-
-#[test]
 fn owner_references_generation_and_deletion() {
     let item = br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"n","resourceVersion":"7","generation":3,"deletionTimestamp":"2026-01-01T00:00:00Z","ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"rs","uid":"r1","controller":true}]}}"#;
     let obj = pods().decode(item).unwrap();
