@@ -125,6 +125,23 @@ pub enum Processed {
 /// `known` is the Indexer the consumer keeps up to date: `replace` uses it to find objects
 /// that vanished, `resync` re-delivers from it, and `delete` drops deletions of keys that are
 /// neither cached nor queued.
+///
+/// Overflow policy: unbounded, never back-pressured, never dropping (client-go's DeltaFIFO
+/// is the same). A producer never waits for room, so the Reflector reads its watch at the
+/// server's pace. What bounds it:
+/// - keys: each key is queued once however many deltas it gets (`State::queue_action`), so
+///   the queue holds at most the keys the source sent plus the cached keys a relist
+///   tombstones; `resync` adds only keys with nothing queued;
+/// - deltas per key: one per change the source sent since the key was last popped, which
+///   takes them all at once (`pop`); only two deletions in a row collapse into one
+///   (`dedup_deletes`), and a relist adds one delta per key it lists or tombstones. Each
+///   delta is an `Arc` of an object the Reflector decoded anyway.
+///
+/// So the backlog is what the source sends while the consumer works through the keys ahead
+/// of it. The consumer, the informer's delta processor, never awaits inside `pop` and never
+/// waits on a handler (listener buffers take the notifications), so a slow plugin cannot
+/// grow it; only a consumer short of CPU can. [`len`](Self::len) (the informer's
+/// `queued_keys`) reads its depth.
 pub struct DeltaFifo {
     // A std mutex: every critical section is short and synchronous, including the consumer's
     // process function, which by contract never awaits.
