@@ -1,15 +1,21 @@
 //! The crate boundaries `ARCHITECTURE.md` promises, checked on the dependency graph that
-//! `cargo metadata` resolves: which crates may never be built into which.
+//! `cargo metadata` resolves: which crates may never be built into which ([`RULES`]), which
+//! workspace crates a crate may name in its manifest ([`DIRECT_RULES`]), and which crates
+//! meet in one crate only ([`ONLY_TOGETHER_IN`]).
 //!
-//! A dependency counts when it is built into the crate: normal and build dependencies,
-//! followed transitively; dev-dependencies are the tests' and benches' own.
+//! A dependency counts when it is built into the crate: normal and build dependencies, with
+//! the optional ones its features turn on when it is built on its own (`graph`);
+//! dev-dependencies are the tests' and benches' own.
 
-use std::collections::{BTreeMap, VecDeque};
+mod graph;
+
 use std::fmt;
 use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+
+use graph::Graph;
 
 /// One boundary: `package` is never built with a crate that one of `forbidden` names.
 #[derive(Debug)]
@@ -18,6 +24,31 @@ pub struct Rule {
     pub package: &'static str,
     /// Crate families: `kube` stands for `kube` and every `kube-*` crate.
     pub forbidden: &'static [&'static str],
+    /// Why, for the message.
+    pub why: &'static str,
+}
+
+/// One boundary on a manifest: among workspace crates, `package` depends directly (normal
+/// or build dependency, optional or not) on those `allowed` names only. [`Rule`]s follow
+/// dependencies transitively, so they cannot say "only these"; this can.
+#[derive(Debug)]
+pub struct DirectRule {
+    /// The workspace package the rule is about.
+    pub package: &'static str,
+    /// The workspace packages it may depend on.
+    pub allowed: &'static [&'static str],
+    /// Why, for the message.
+    pub why: &'static str,
+}
+
+/// Two crate families that meet in one workspace package only: no other is built with a
+/// crate of each.
+#[derive(Debug)]
+pub struct OnlyTogether {
+    /// The one workspace package built with both.
+    pub package: &'static str,
+    /// The two crate families (as in [`Rule::forbidden`]).
+    pub families: [&'static [&'static str]; 2],
     /// Why, for the message.
     pub why: &'static str,
 }
@@ -84,26 +115,97 @@ pub const RULES: &[Rule] = &[
         forbidden: &["wasmtime"],
         why: "parsing the configuration (and fuzzing it) must not build the Wasm runtime",
     },
+    Rule {
+        package: "kubeplug-leader",
+        forbidden: &["wasmtime", "kubeplug-runtime"],
+        why: "leader election is a Lease and a clock; the binary adds and removes plugins on its signal",
+    },
 ];
 
-/// A dependency that breaks a rule, with the chain that brings it in.
+/// The workspace crates each crate may name in its manifest, as `ARCHITECTURE.md` says.
+pub const DIRECT_RULES: &[DirectRule] = &[
+    DirectRule {
+        package: "kubeplug-local",
+        allowed: &["kubeplug-informer", "kubeplug-memory"],
+        why: "the local cluster is the in-memory server behind the informer's SourceProvider",
+    },
+    DirectRule {
+        package: "kubeplug-leader",
+        allowed: &[],
+        why: "leader election knows nothing of informers, plugins or the rest of the host",
+    },
+];
+
+/// The crates that meet in the binary only.
+pub const ONLY_TOGETHER_IN: &[OnlyTogether] = &[OnlyTogether {
+    package: "kubeplug",
+    families: [&["kubeplug-runtime"], KUBE],
+    why: "only the binary wires the Wasm runtime to a real cluster",
+}];
+
+/// A boundary broken.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Violation {
-    /// The rule's package, then each crate on the way, ending with the forbidden one.
-    pub chain: Vec<String>,
-    /// The rule's reason.
-    pub why: &'static str,
+pub enum Violation {
+    /// A [`Rule`]'s package is built with a forbidden crate.
+    Forbidden {
+        /// The rule's package, then each crate on the way, ending with the forbidden one.
+        chain: Vec<String>,
+        /// The rule's reason.
+        why: &'static str,
+    },
+    /// A [`DirectRule`]'s package names a workspace crate it may not.
+    Direct {
+        /// The rule's package.
+        package: String,
+        /// The workspace crate it depends on.
+        dependency: String,
+        /// The rule's reason.
+        why: &'static str,
+    },
+    /// A package other than an [`OnlyTogether`]'s is built with both families.
+    Together {
+        /// The chain to a crate of each family, each starting with the package.
+        chains: [Vec<String>; 2],
+        /// The package that may be built with both.
+        only: &'static str,
+        /// The rule's reason.
+        why: &'static str,
+    },
 }
 
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (package, forbidden) = (&self.chain[0], &self.chain[self.chain.len() - 1]);
-        write!(
-            f,
-            "{package} depends on {forbidden} ({}): {}",
-            self.chain.join(" → "),
-            self.why
-        )
+        match self {
+            Self::Forbidden { chain, why } => {
+                let (package, forbidden) = (&chain[0], &chain[chain.len() - 1]);
+                write!(
+                    f,
+                    "{package} depends on {forbidden} ({}): {why}",
+                    chain.join(" → ")
+                )
+            }
+            Self::Direct {
+                package,
+                dependency,
+                why,
+            } => write!(
+                f,
+                "{package} depends directly on the workspace crate {dependency}, which its \
+                 boundary does not allow: {why}"
+            ),
+            Self::Together { chains, only, why } => {
+                let [first, second] = chains;
+                write!(
+                    f,
+                    "{} is built with both {} ({}) and {} ({}), as only {only} may be: {why}",
+                    first[0],
+                    first[first.len() - 1],
+                    first.join(" → "),
+                    second[second.len() - 1],
+                    second.join(" → "),
+                )
+            }
+        }
     }
 }
 
@@ -132,71 +234,85 @@ pub fn metadata(root: &Path) -> Result<serde_json::Value> {
     serde_json::from_slice(&output.stdout).context("reading cargo metadata's output")
 }
 
-/// The rules `metadata` breaks. Fails when a rule's package is not in the workspace, so a
-/// renamed crate cannot leave its rule checking nothing.
+/// The workspace member `package`; an error when there is none, so that a renamed crate
+/// cannot leave its rule checking nothing.
+fn member<'a>(graph: &Graph<'a>, package: &str) -> Result<&'a str> {
+    graph
+        .member(package)
+        .with_context(|| format!("no workspace package {package} for its boundary rule"))
+}
+
+/// The rules `metadata` breaks. Fails when a rule's package is not in the workspace.
 pub fn check(metadata: &serde_json::Value, rules: &[Rule]) -> Result<Vec<Violation>> {
-    let name_of = |id: &str| -> Option<String> {
-        metadata["packages"]
-            .as_array()?
-            .iter()
-            .find(|p| p["id"] == id)?["name"]
-            .as_str()
-            .map(str::to_owned)
-    };
-    // Package id → the ids it is built with.
-    let mut built_with: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for node in metadata["resolve"]["nodes"]
-        .as_array()
-        .context("cargo metadata without a resolve graph")?
-    {
-        let id = node["id"].as_str().context("a node without an id")?;
-        let deps = node["deps"].as_array().into_iter().flatten();
-        let built = deps.filter(|dep| {
-            dep["dep_kinds"]
-                .as_array()
-                .is_some_and(|kinds| kinds.iter().any(|k| k["kind"] != "dev"))
-        });
-        built_with.insert(id, built.filter_map(|dep| dep["pkg"].as_str()).collect());
-    }
-    let members = metadata["workspace_members"]
-        .as_array()
-        .context("cargo metadata without workspace members")?;
+    let graph = Graph::new(metadata)?;
     let mut violations = Vec::new();
     for rule in rules {
-        let Some(start) = members
-            .iter()
-            .filter_map(|id| id.as_str())
-            .find(|id| name_of(id).as_deref() == Some(rule.package))
-        else {
-            bail!(
-                "no workspace package {} for its boundary rule",
-                rule.package
-            );
-        };
-        // Breadth first, so each chain reported is a shortest one.
-        let mut came_from: BTreeMap<&str, &str> = BTreeMap::from([(start, start)]);
-        let mut queue = VecDeque::from([start]);
-        while let Some(id) = queue.pop_front() {
-            let name = name_of(id).unwrap_or_default();
-            if id != start && rule.forbidden.iter().any(|f| in_family(&name, f)) {
-                let mut chain = vec![name];
-                let mut at = id;
-                while at != start {
-                    at = came_from[at];
-                    chain.push(name_of(at).unwrap_or_default());
-                }
-                chain.reverse();
-                violations.push(Violation {
-                    chain,
+        let start = member(&graph, rule.package)?;
+        let forbidden = |name: &str| rule.forbidden.iter().any(|f| in_family(name, f));
+        // Not beyond a forbidden crate: its own dependencies are its business.
+        let built = graph.built(start, forbidden);
+        for &id in &built.order[1..] {
+            if forbidden(graph.name(id)) {
+                violations.push(Violation::Forbidden {
+                    chain: built.chain(&graph, id),
                     why: rule.why,
                 });
-                continue;
             }
-            for dep in built_with.get(id).into_iter().flatten() {
-                if !came_from.contains_key(dep) {
-                    came_from.insert(dep, id);
-                    queue.push_back(dep);
-                }
+        }
+    }
+    Ok(violations)
+}
+
+/// The [`DirectRule`]s `metadata` breaks. Fails when a rule's package is not in the
+/// workspace.
+pub fn check_direct(metadata: &serde_json::Value, rules: &[DirectRule]) -> Result<Vec<Violation>> {
+    let graph = Graph::new(metadata)?;
+    let members: Vec<&str> = graph.members.iter().map(|id| graph.name(id)).collect();
+    let mut violations = Vec::new();
+    for rule in rules {
+        let id = member(&graph, rule.package)?;
+        let mut named: Vec<&str> = graph
+            .declared(id)
+            .filter(|dep| members.contains(dep) && !rule.allowed.contains(dep))
+            .collect();
+        named.sort_unstable();
+        named.dedup();
+        violations.extend(named.into_iter().map(|dependency| Violation::Direct {
+            package: rule.package.to_owned(),
+            dependency: dependency.to_owned(),
+            why: rule.why,
+        }));
+    }
+    Ok(violations)
+}
+
+/// The [`OnlyTogether`] rules `metadata` breaks: every workspace package is looked at.
+/// Fails when a rule's package is not in the workspace.
+pub fn check_together(
+    metadata: &serde_json::Value,
+    rules: &[OnlyTogether],
+) -> Result<Vec<Violation>> {
+    let graph = Graph::new(metadata)?;
+    let mut violations = Vec::new();
+    for rule in rules {
+        let only = member(&graph, rule.package)?;
+        for &id in graph.members.iter().filter(|&&id| id != only) {
+            let built = graph.built(id, |_| false);
+            let first_of = |family: &[&str]| {
+                built
+                    .order
+                    .iter()
+                    .find(|at| family.iter().any(|f| in_family(graph.name(at), f)))
+                    .map(|at| built.chain(&graph, at))
+            };
+            if let (Some(first), Some(second)) =
+                (first_of(rule.families[0]), first_of(rule.families[1]))
+            {
+                violations.push(Violation::Together {
+                    chains: [first, second],
+                    only: rule.package,
+                    why: rule.why,
+                });
             }
         }
     }
@@ -207,11 +323,14 @@ pub fn check(metadata: &serde_json::Value, rules: &[Rule]) -> Result<Vec<Violati
 mod tests {
     use super::*;
     use crate::Layout;
+    use serde_json::json;
 
     #[test]
     fn the_workspace_keeps_its_boundaries() {
         let metadata = metadata(&Layout::from_manifest_dir().root).unwrap();
-        let violations = check(&metadata, RULES).unwrap();
+        let mut violations = check(&metadata, RULES).unwrap();
+        violations.extend(check_direct(&metadata, DIRECT_RULES).unwrap());
+        violations.extend(check_together(&metadata, ONLY_TOGETHER_IN).unwrap());
         let lines: Vec<String> = violations.iter().map(ToString::to_string).collect();
         assert!(lines.is_empty(), "{}", lines.join("\n"));
     }
@@ -219,14 +338,21 @@ mod tests {
     /// A package and its dependencies, each with its kind (`None` for a normal one).
     type Node<'a> = (&'a str, &'a [(&'a str, Option<&'a str>)]);
 
-    /// The graph of `nodes`, as `cargo metadata` writes it.
+    /// The graph of `nodes`, as `cargo metadata` writes it: every package a workspace
+    /// member, every dependency declared plainly (not optional, default features).
     fn graph(nodes: &[Node]) -> serde_json::Value {
-        serde_json::json!({
-            "packages": nodes.iter().map(|(name, _)| serde_json::json!({"id": name, "name": name})).collect::<Vec<_>>(),
+        json!({
+            "packages": nodes.iter().map(|(name, deps)| json!({
+                "id": name, "name": name, "features": {},
+                "dependencies": deps.iter().map(|(dep, kind)| json!({
+                    "name": dep, "rename": null, "kind": kind, "optional": false,
+                    "uses_default_features": true, "features": [],
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
             "workspace_members": nodes.iter().map(|(name, _)| name).collect::<Vec<_>>(),
-            "resolve": {"nodes": nodes.iter().map(|(name, deps)| serde_json::json!({
+            "resolve": {"nodes": nodes.iter().map(|(name, deps)| json!({
                 "id": name,
-                "deps": deps.iter().map(|(dep, kind)| serde_json::json!({
+                "deps": deps.iter().map(|(dep, kind)| json!({
                     "pkg": dep, "dep_kinds": [{"kind": kind, "target": null}],
                 })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>()},
@@ -244,12 +370,13 @@ mod tests {
         let metadata = graph(&[
             ("kubeplug-config", &[("kubeplug-runtime", None)]),
             ("kubeplug-runtime", &[("wasmtime-environ", Some("build"))]),
-            ("wasmtime-environ", &[]),
+            ("wasmtime-environ", &[("wasmtime-internal", None)]),
+            ("wasmtime-internal", &[]),
         ]);
         let violations = check(&metadata, &[CONFIG]).unwrap();
         assert_eq!(
             violations,
-            [Violation {
+            [Violation::Forbidden {
                 chain: vec![
                     "kubeplug-config".into(),
                     "kubeplug-runtime".into(),
@@ -286,5 +413,145 @@ mod tests {
         let metadata = graph(&[("kubeplug-runtime", &[])]);
         let error = check(&metadata, &[CONFIG]).unwrap_err();
         assert!(error.to_string().contains("kubeplug-config"), "{error}");
+        let direct = DirectRule {
+            package: "kubeplug-local",
+            allowed: &[],
+            why: "",
+        };
+        assert!(check_direct(&metadata, &[direct]).is_err());
+        let together = OnlyTogether {
+            package: "kubeplug",
+            families: [&["a"], &["b"]],
+            why: "",
+        };
+        assert!(check_together(&metadata, &[together]).is_err());
+    }
+
+    /// `checks` takes `kubeplug-kube` without default features, and so without `kube`
+    /// (behind its default `client` feature), unless `asks_client` turns `client` on.
+    fn optional_kube(asks_client: bool) -> serde_json::Value {
+        let mut metadata = graph(&[
+            ("checks", &[("kubeplug-kube", None), ("helper", None)]),
+            ("helper", &[("kubeplug-kube", None)]),
+            ("kubeplug-kube", &[("kube", None)]),
+            ("kube", &[]),
+        ]);
+        let packages = metadata["packages"].as_array_mut().unwrap();
+        packages[0]["dependencies"][0]["uses_default_features"] = json!(false);
+        packages[1]["dependencies"][0]["uses_default_features"] = json!(false);
+        if asks_client {
+            packages[1]["dependencies"][0]["features"] = json!(["client"]);
+        }
+        packages[2]["features"] = json!({"default": ["client"], "client": ["dep:kube"]});
+        packages[2]["dependencies"][0]["optional"] = json!(true);
+        metadata
+    }
+
+    #[test]
+    fn an_optional_dependency_counts_when_a_feature_of_the_same_build_turns_it_on() {
+        let rules = [
+            Rule {
+                package: "checks",
+                forbidden: &["kube"],
+                why: "no client",
+            },
+            // Built on its own, with its default features, `kubeplug-kube` has `kube`.
+            Rule {
+                package: "kubeplug-kube",
+                forbidden: &["kube"],
+                why: "no client",
+            },
+        ];
+        let chain = |names: &[&str]| names.iter().map(|&n| n.to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            check(&optional_kube(false), &rules).unwrap(),
+            [Violation::Forbidden {
+                chain: chain(&["kubeplug-kube", "kube"]),
+                why: "no client"
+            }]
+        );
+        assert_eq!(
+            check(&optional_kube(true), &rules[..1]).unwrap(),
+            [Violation::Forbidden {
+                chain: chain(&["checks", "kubeplug-kube", "kube"]),
+                why: "no client"
+            }]
+        );
+    }
+
+    #[test]
+    fn a_direct_rule_names_each_workspace_crate_it_does_not_allow() {
+        let mut metadata = graph(&[
+            (
+                "kubeplug-local",
+                &[
+                    ("kubeplug-informer", None),
+                    ("kubeplug-runtime", Some("build")),
+                    ("kubeplug-config", Some("dev")),
+                    ("notify", None),
+                ],
+            ),
+            ("kubeplug-informer", &[("kubeplug-json", None)]),
+            ("kubeplug-json", &[]),
+            ("kubeplug-runtime", &[]),
+            ("kubeplug-config", &[]),
+            ("notify", &[]),
+        ]);
+        // A crate from the registry, not a workspace member.
+        metadata["workspace_members"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|id| id != "notify");
+        let rule = DirectRule {
+            package: "kubeplug-local",
+            allowed: &["kubeplug-informer"],
+            why: "the informer's source",
+        };
+        let violations = check_direct(&metadata, &[rule]).unwrap();
+        assert_eq!(
+            violations,
+            [Violation::Direct {
+                package: "kubeplug-local".into(),
+                dependency: "kubeplug-runtime".into(),
+                why: "the informer's source",
+            }]
+        );
+        assert_eq!(
+            violations[0].to_string(),
+            "kubeplug-local depends directly on the workspace crate kubeplug-runtime, which its \
+             boundary does not allow: the informer's source"
+        );
+    }
+
+    #[test]
+    fn only_one_package_may_be_built_with_both_families() {
+        let metadata = graph(&[
+            ("kubeplug", &[("kubeplug-runtime", None), ("kube", None)]),
+            (
+                "tool",
+                &[("kubeplug-leader", None), ("kubeplug-runtime", None)],
+            ),
+            (
+                "checks",
+                &[("kubeplug-runtime", None), ("kube", Some("dev"))],
+            ),
+            ("kubeplug-leader", &[("kube-client", None)]),
+            ("kubeplug-runtime", &[]),
+            ("kube", &[]),
+            ("kube-client", &[]),
+        ]);
+        let rule = OnlyTogether {
+            package: "kubeplug",
+            families: [&["kubeplug-runtime"], &["kube"]],
+            why: "the binary wires them",
+        };
+        let violations = check_together(&metadata, &[rule]).unwrap();
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert_eq!(
+            violations[0].to_string(),
+            "tool is built with both kubeplug-runtime (tool → kubeplug-runtime) and kube-client \
+             (tool → kubeplug-leader → kube-client), as only kubeplug may be: the binary wires \
+             them"
+        );
     }
 }
