@@ -72,6 +72,12 @@ pub(crate) fn meta_size(object: &Object) -> usize {
 /// of its JSON. An object whose JSON is malformed along a path gets no values for that path
 /// (the host's decoder checked its metadata only).
 pub(crate) fn projected(object: &Object, projections: &Projections) -> Vec<wit::Projected> {
+    to_projected(projections, select_raw(object, projections))
+}
+
+/// The raw JSON of each value each of `projections` selects in `object`, borrowed from it:
+/// what [`to_projected`] copies, so that its cost is known before anything is copied.
+fn select_raw<'a>(object: &'a Object, projections: &Projections) -> Vec<Option<Vec<&'a str>>> {
     if projections.is_empty() {
         return Vec::new();
     }
@@ -83,17 +89,32 @@ pub(crate) fn projected(object: &Object, projections: &Projections) -> Vec<wit::
                 .map(Selection::into_values)
         })
         .collect();
-    let raw_values = kept.unwrap_or_else(|| {
+    kept.unwrap_or_else(|| {
         projections
             .paths()
             .select(object.json())
             .into_iter()
             .map(Result::ok)
             .collect()
-    });
+    })
+}
+
+/// The bytes [`to_projected`] copies of `raw` (each value's text is at most its raw JSON),
+/// with the projections' names.
+fn raw_size(projections: &Projections, raw: &[Option<Vec<&str>>]) -> usize {
     projections
         .iter()
-        .zip(raw_values)
+        .zip(raw)
+        .map(|(projection, values)| {
+            projection.name.len() + values.iter().flatten().map(|v| v.len()).sum::<usize>()
+        })
+        .sum()
+}
+
+fn to_projected(projections: &Projections, raw: Vec<Option<Vec<&str>>>) -> Vec<wit::Projected> {
+    projections
+        .iter()
+        .zip(raw)
         .map(|(projection, raw_values)| wit::Projected {
             name: projection.name.clone(),
             values: raw_values
@@ -144,8 +165,46 @@ pub(crate) fn cached(object: &Object, with_json: bool) -> wit::CachedObject {
     }
 }
 
-/// One notification of subscription `index` as a WIT event, with the JSON it asked for.
-pub(crate) fn event(index: u32, spec: &SubscriptionSpec, n: &Notification) -> wit::Event {
+/// An event that would not fit: what it needs, in bytes of the strings it carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EventTooLarge {
+    pub(crate) bytes: usize,
+}
+
+/// The events of the first notifications of `pending`, of subscription `index`, whose
+/// strings add up to at most `budget` bytes: at least the first one's, else `Err` with what
+/// it needs. Each event's cost is counted before anything of it is copied, so that what
+/// the host builds for one call stays within `budget` however large the objects, their
+/// JSON and their projections are.
+pub(crate) fn events_within(
+    index: u32,
+    spec: &SubscriptionSpec,
+    pending: &[&Notification],
+    budget: usize,
+) -> Result<Vec<wit::Event>, EventTooLarge> {
+    let mut left = budget;
+    let mut events = Vec::new();
+    for n in pending {
+        match event(index, spec, n, left) {
+            Ok((event, size)) => {
+                left -= size;
+                events.push(event);
+            }
+            Err(too_large) if events.is_empty() => return Err(too_large),
+            Err(_) => break,
+        }
+    }
+    Ok(events)
+}
+
+/// One notification of subscription `index` as a WIT event, with the JSON it asked for, and
+/// its size; `Err` when that is over `budget`, before anything is copied.
+pub(crate) fn event(
+    index: u32,
+    spec: &SubscriptionSpec,
+    n: &Notification,
+    budget: usize,
+) -> Result<(wit::Event, usize), EventTooLarge> {
     let (change, object, old, initial, resync, tombstone) = match n {
         Notification::Add {
             object,
@@ -178,7 +237,22 @@ pub(crate) fn event(index: u32, spec: &SubscriptionSpec, n: &Notification) -> wi
             *final_state_unknown,
         ),
     };
-    wit::Event {
+    let old_json = old.filter(|_| spec.wants_old_json);
+    let projected = select_raw(object, &spec.projections);
+    let old_projected = old.map_or_else(Vec::new, |o| select_raw(o, &spec.projections));
+    let size = meta_size(object)
+        + if spec.wants_object_json {
+            object.json().len()
+        } else {
+            0
+        }
+        + old_json.map_or(0, |o| o.json().len())
+        + raw_size(&spec.projections, &projected)
+        + raw_size(&spec.projections, &old_projected);
+    if size > budget {
+        return Err(EventTooLarge { bytes: size });
+    }
+    let event = wit::Event {
         subscription: index,
         change,
         in_initial_list: initial,
@@ -186,12 +260,11 @@ pub(crate) fn event(index: u32, spec: &SubscriptionSpec, n: &Notification) -> wi
         tombstone,
         meta: meta(object, spec.meta_fields),
         object_json: spec.wants_object_json.then(|| object.json().to_owned()),
-        old_json: old
-            .filter(|_| spec.wants_old_json)
-            .map(|o| o.json().to_owned()),
-        projected: projected(object, &spec.projections),
-        old_projected: old.map_or_else(Vec::new, |o| projected(o, &spec.projections)),
-    }
+        old_json: old_json.map(|o| o.json().to_owned()),
+        projected: to_projected(&spec.projections, projected),
+        old_projected: to_projected(&spec.projections, old_projected),
+    };
+    Ok((event, size))
 }
 
 #[cfg(test)]
@@ -248,5 +321,49 @@ mod tests {
         let key_only = meta(&pod(), MetaFields::NONE);
         assert_eq!(key_only.name, "web-1");
         assert!(key_only.labels.is_empty() && key_only.uid.is_none());
+    }
+
+    fn big_add(name: &str, pad: usize) -> Notification {
+        let json = format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"prod","resourceVersion":"1"}},"data":{{"pad":"{}"}}}}"#,
+            "x".repeat(pad)
+        );
+        let object = ObjectDecoder::new(Resource::new("", "v1", "ConfigMap", "configmaps", true))
+            .decode(json.as_bytes())
+            .expect("a valid ConfigMap");
+        Notification::Add {
+            object: std::sync::Arc::new(object),
+            in_initial_list: false,
+        }
+    }
+
+    fn with_json() -> SubscriptionSpec {
+        SubscriptionSpec {
+            resource: crate::gvk::Gvk::new("", "v1", "ConfigMap"),
+            namespace: None,
+            label_selector: None,
+            field_selector: None,
+            resync_period: None,
+            meta_fields: MetaFields::ALL,
+            wants_object_json: true,
+            wants_old_json: false,
+            enqueue: crate::description::KeyMapping::OwnKey,
+            projections: Projections::default(),
+        }
+    }
+
+    /// Issue 44: a batch is cut where the plugin's memory ends, counted before anything is
+    /// copied; a first event over it alone is refused with what it needs.
+    #[test]
+    fn a_batch_is_cut_where_the_budget_ends() {
+        let batch: Vec<Notification> = (0..3).map(|i| big_add(&format!("c{i}"), 1 << 20)).collect();
+        let pending: Vec<&Notification> = batch.iter().collect();
+        let spec = with_json();
+        let events = events_within(0, &spec, &pending, (5 << 20) / 2).unwrap();
+        assert_eq!(events.len(), 2);
+        assert!(events.iter().all(|e| e.object_json.is_some()));
+        assert_eq!(events_within(0, &spec, &pending, 4 << 20).unwrap().len(), 3);
+        let too_large = events_within(0, &spec, &pending, 1 << 19).unwrap_err();
+        assert!(too_large.bytes > 1 << 20, "{too_large:?}");
     }
 }

@@ -155,10 +155,25 @@ async fn deliver_events(mut follower: Follower, mut receivers: Vec<ListenerRecei
     }
 }
 
-/// Delivers one batch with retries; skips it (counted) when the plugin keeps failing. Once
-/// deliveries stop (this replica stopped leading, the plugin was removed), no retry starts:
-/// the batch is dropped, and whoever delivers next starts from the cache. Each attempt
-/// delivers only the keys of the share current when it starts (see [`KeyShare`]).
+/// How delivering one part of a batch ended.
+enum Part {
+    /// The plugin took it.
+    Delivered,
+    /// It kept failing and was skipped (counted).
+    Skipped,
+    /// It failed into a quarantine: the rest of the batch is not delivered.
+    Quarantined,
+    /// Deliveries stopped: nothing more is delivered.
+    Stopped,
+}
+
+/// Delivers one batch, in parts each within the plugin's memory (`max_memory`: what the
+/// host builds for one call is bounded by what the plugin could take, before it is built),
+/// with retries; skips a part (counted) when the plugin keeps failing, and the rest of the
+/// batch once it is quarantined. Once deliveries stop (this replica stopped leading, the
+/// plugin was removed), no retry starts: the batch is dropped, and whoever delivers next
+/// starts from the cache. Each attempt delivers only the keys of the share current when it
+/// starts (see [`KeyShare`]).
 async fn deliver(
     version: &Version,
     follower: &Follower,
@@ -167,24 +182,90 @@ async fn deliver(
     batch: NotificationBatch,
 ) {
     let plugin = &version.plugin;
+    let subscription = &plugin.description().subscriptions[index];
+    let budget = plugin.limits().max_memory;
+    let mut pending: Vec<&Notification> = batch.iter().collect();
+    // Keys another replica owns are not converted.
+    keep_owned(&follower.share(), &mut pending, &mut Vec::new());
+    while !pending.is_empty() {
+        let events = match convert::events_within(index as u32, subscription, &pending, budget) {
+            Ok(events) => events,
+            Err(too_large) => {
+                let notification = pending.remove(0);
+                if refuse_too_large(version, receivers, notification, too_large) {
+                    return;
+                }
+                continue;
+            }
+        };
+        let rest = pending.split_off(events.len());
+        match deliver_part(version, follower, receivers, pending, events).await {
+            Part::Delivered | Part::Skipped => pending = rest,
+            Part::Quarantined if !rest.is_empty() => {
+                PluginStats::add(&plugin.stats().batches_skipped, 1);
+                tracing::warn!(
+                    plugin = plugin.name(),
+                    events = rest.len(),
+                    "quarantined: the rest of the batch is not delivered"
+                );
+                return;
+            }
+            Part::Quarantined | Part::Stopped => return,
+        }
+    }
+}
+
+/// A notification whose event alone needs more than the plugin's memory could never be
+/// lowered into it: it is not built, and counts as a failed call would (the plugin's
+/// subscription asks for too much of an object that large). True when that quarantines it.
+fn refuse_too_large(
+    version: &Version,
+    receivers: &[ListenerReceiver],
+    notification: &Notification,
+    too_large: convert::EventTooLarge,
+) -> bool {
+    let plugin = &version.plugin;
+    let error = format!(
+        "plugin {}: the event for {} needs {} bytes, more than its memory limit of {} MiB \
+         (memory_limit_mib): not delivered; subscribe to less of such objects (projections, \
+         JSON) or raise the limit",
+        plugin.name(),
+        notification.key().as_str(),
+        too_large.bytes,
+        plugin.limits().max_memory >> 20
+    );
+    tracing::warn!(plugin = plugin.name(), %error, "event not delivered");
+    plugin.observe(None, || CallRecord::Failed {
+        error: error.clone(),
+    });
+    PluginStats::add(&plugin.stats().batches_skipped, 1);
+    match version.breaker.failure(&error) {
+        Some(pause) => {
+            quarantine(plugin, receivers, pause, &error);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Delivers `events`, made of `notifications`, with retries.
+async fn deliver_part(
+    version: &Version,
+    follower: &Follower,
+    receivers: &[ListenerReceiver],
+    mut notifications: Vec<&Notification>,
+    mut events: Vec<wit::Event>,
+) -> Part {
+    let plugin = &version.plugin;
     let limits = plugin.limits();
     let stats = plugin.stats();
-    let subscription = &plugin.description().subscriptions[index];
-    let mut notifications: Vec<&Notification> = batch.iter().collect();
-    let mut events: Vec<wit::Event> = Vec::new();
     // Retries are bounded by `attempts`, so the delay needs no cap of its own.
     let mut backoff = Backoff::new(limits.retry_backoff, Duration::MAX);
     for round in 1..=limits.attempts.max(1) {
         let (share, call) = follower.begin();
         keep_owned(&share, &mut notifications, &mut events);
         if notifications.is_empty() {
-            return;
-        }
-        if events.is_empty() {
-            events = notifications
-                .iter()
-                .map(|n| convert::event(index as u32, subscription, n))
-                .collect();
+            return Part::Delivered;
         }
         let started = SystemTime::now();
         let result = attempt(version, &events).await;
@@ -213,7 +294,7 @@ async fn deliver(
                     );
                     set_policy(receivers, BufferPolicy::Unbounded);
                 }
-                return;
+                return Part::Delivered;
             }
             Err(error) => {
                 tracing::warn!(plugin = plugin.name(), round, events = events.len(), %error, "batch failed");
@@ -222,7 +303,8 @@ async fn deliver(
                 });
                 if let Some(pause) = version.breaker.failure(&error) {
                     quarantine(plugin, receivers, pause, &error);
-                    break;
+                    skip(plugin, &notifications);
+                    return Part::Quarantined;
                 }
                 // The call and its bookkeeping are over; the back-off is no call in flight.
                 drop(call);
@@ -231,16 +313,21 @@ async fn deliver(
                         () = tokio::time::sleep(backoff.next_delay()) => {}
                         () = follower.stopped() => {
                             tracing::debug!(plugin = plugin.name(), "deliveries stopped; the failed batch is not retried");
-                            return;
+                            return Part::Stopped;
                         }
                     }
                 }
             }
         }
     }
-    PluginStats::add(&stats.batches_skipped, 1);
+    skip(plugin, &notifications);
+    Part::Skipped
+}
+
+fn skip(plugin: &Plugin, notifications: &[&Notification]) {
+    PluginStats::add(&plugin.stats().batches_skipped, 1);
     tracing::error!(
-        plugin = plugin.name(), events = events.len(),
+        plugin = plugin.name(), events = notifications.len(),
         first = %notifications.first().map(|n| n.key().as_str()).unwrap_or(""),
         "skipping a batch the plugin keeps failing"
     );

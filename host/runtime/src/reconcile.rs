@@ -233,7 +233,25 @@ async fn feed(
                     delivered += 1;
                 }
                 KeyMapping::Computed => {
-                    let event = convert::event(index as u32, spec, n);
+                    let budget = plugin.limits().max_memory;
+                    let event = match convert::event(index as u32, spec, n, budget) {
+                        Ok((event, _)) => event,
+                        // It could never be lowered into the plugin's memory: a failure, as a
+                        // trap in map-event would be, without building it first.
+                        Err(too_large) => {
+                            let error = format!(
+                                "plugin {}: the event for {} needs {} bytes, more than its \
+                                 memory limit (memory_limit_mib): not mapped",
+                                plugin.name(),
+                                n.key().as_str(),
+                                too_large.bytes
+                            );
+                            plugin.stats().record_failure(&error);
+                            tracing::warn!(plugin = plugin.name(), %error, "map-event skipped");
+                            plugin.observe(None, || CallRecord::Failed { error });
+                            continue;
+                        }
+                    };
                     if !mapper
                         .as_ref()
                         .is_some_and(|(p, _)| Arc::ptr_eq(p, &plugin))

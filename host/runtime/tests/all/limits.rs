@@ -375,3 +375,80 @@ async fn a_fence_stops_the_writes_of_a_call_in_flight() -> Result<()> {
     driver.await?;
     Ok(())
 }
+
+/// Issue 44: what the host builds for one call is bounded by the plugin's memory before it
+/// is built. hostile-projections asks for a 2 MB Pod's JSON, its old JSON and its spec 16
+/// times over: 34 MB an add, 68 MB an update, which a 16 MiB plugin could never take. Each
+/// event is refused unbuilt and the plugin told why, naming what it needs; label-reader
+/// beside it receives every change. Before, the host built every copy (three such plugins
+/// took it from 87 MB to 1.26 GB on one `kubectl label`), then the guest trapped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_larger_than_the_plugins_memory_is_refused_unbuilt() -> Result<()> {
+    let server = MemoryServer::new();
+    let big = |app: &str| {
+        format!(
+            r#"{{"metadata":{{"name":"big","namespace":"ns","labels":{{"app":"{app}"}}}},"spec":{{"pad":"{}"}}}}"#,
+            "x".repeat(2 << 20)
+        )
+    };
+    server.create(&pods(), &big("web")).unwrap();
+    let (informer, mut receivers) = informer(&server, pods(), 2);
+    let caches = BTreeMap::from([(gvk(&pods()), informer.indexer().clone())]);
+    let runtime = runtime();
+    let limits = PluginLimits {
+        max_memory: 16 << 20,
+        ..PluginLimits::default()
+    };
+    let hostile = load(
+        &runtime,
+        "hostile-projections",
+        caches.clone(),
+        Arc::new(Recorder::default()),
+        Grants::default(),
+        limits,
+    )
+    .await?;
+    let good = load(
+        &runtime,
+        "label-reader",
+        caches,
+        Arc::new(Recorder::default()),
+        Grants::default(),
+        PluginLimits::default(),
+    )
+    .await?;
+    let drivers = [
+        run_events(hostile.clone(), vec![receivers.remove(0)])?,
+        run_events(good.clone(), vec![receivers.remove(0)])?,
+    ];
+    server.update(&pods(), &big("db")).unwrap();
+    until(
+        "label-reader sees both changes",
+        Duration::from_secs(60),
+        || counter(&good, "events_total") == 2,
+    )
+    .await?;
+    until(
+        "hostile-projections is told twice",
+        Duration::from_secs(60),
+        || hostile.status().batches_skipped == 2,
+    )
+    .await?;
+    let status = hostile.status();
+    let error = status.last_error.clone().unwrap_or_default();
+    ensure!(
+        error.contains("the event for ns/big needs")
+            && error.contains("more than its memory limit of 16 MiB"),
+        "{error}"
+    );
+    ensure!(counter(&hostile, "events_total") == 0);
+    ensure!(
+        status.instances_created <= 1,
+        "no call was made to fail: {status:?}"
+    );
+    informer.stop().await;
+    for driver in drivers {
+        driver.await?;
+    }
+    Ok(())
+}
