@@ -29,14 +29,15 @@
 //!   is what kubectl's validation asks (it then leaves validation to the server, which
 //!   stores what it is sent: no schemas, no field validation).
 //!
-//! With a bearer token ([`ApiOptions::bearer_token`]) every request must carry it, else
-//! `401`, and its body is not read. Every connection is bounded, token or not (`serve`): at
+//! With a bearer token ([`ApiOptions::bearer_token`]) every request must carry it (compared
+//! in constant time), else `401`, and its body is not read. Every connection is bounded, token or not (`serve`): at
 //! most 512 at once (fewer under a low descriptor limit), a TLS handshake and each request
 //! head within 10 s (an idle keep-alive connection too), an answer the client stops reading
 //! abandoned after 60 s without progress; an authenticated request's body is read up to
 //! 3 MiB (else `413`) within 30 s (else `408`). With the `faults` feature, [`HttpFaults`]
 //! scripts raw answers and cut watch lines and records requests, for the tests.
 
+mod auth;
 mod events;
 #[cfg(feature = "faults")]
 mod faults;

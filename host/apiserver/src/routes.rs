@@ -1,6 +1,6 @@
 //! Connections, routing and the answers of the server.
 //!
-//! This module checks the bearer token, reads what a path names and
+//! This module checks the bearer token ([`auth`]), reads what a path names and
 //! negotiates the form of the answer; the answers are in its children, one per family of
 //! operations: [`discovery`] (the groups, versions and OpenAPI documents), [`read`] (get and
 //! list), [`watch`] (the streamed watch body) and [`write`] (create, update, patch, apply and
@@ -31,6 +31,7 @@ use kubeplug_informer::source::{SourceError, Status};
 use kubeplug_memory::{Call, SelectableFields};
 use serde_json::{Value, json};
 
+use crate::auth;
 use crate::events::View;
 use crate::form::{Answer, Form, Shape};
 use crate::serve::{BodyError, read_body};
@@ -208,14 +209,8 @@ fn parse_path(path: &str) -> Option<Target> {
 /// request's body is read.
 pub(crate) async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
     shared.faults.record(&request);
-    if let Some(token) = &shared.bearer_token {
-        let authorization = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        if authorization != Some(&format!("Bearer {token}")) {
-            return error(401, "Unauthorized");
-        }
+    if !auth::authorized(shared.bearer_token.as_deref(), request.headers()) {
+        return error(401, "Unauthorized");
     }
     let query: BTreeMap<String, String> = request
         .uri()
