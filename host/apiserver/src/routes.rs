@@ -1,7 +1,7 @@
 //! Connections, routing and the answers of the server.
 //!
-//! This module checks the bearer token ([`auth`]), reads what a path names and
-//! negotiates the form of the answer; the answers are in its children, one per family of
+//! This module checks the bearer token ([`auth`]), declares the paths served as axum routes
+//! and negotiates the form of the answer; the answers are in its children, one per family of
 //! operations: [`discovery`] (the groups, versions and OpenAPI documents), [`read`] (get and
 //! list), [`watch`] (the streamed watch body) and [`write`] (create, update, patch, apply and
 //! delete).
@@ -9,6 +9,9 @@
 // Helpers return the early answer (a whole `Response`) as their error: once per request,
 // boxing would only add noise.
 #![allow(clippy::result_large_err)]
+
+#[cfg(test)]
+mod tests;
 
 mod discovery;
 mod read;
@@ -19,16 +22,23 @@ use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
 
+use axum::Router;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::response::IntoResponse;
+use axum::routing::any;
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode, header};
+use http::{Method, Response, StatusCode, Uri, header};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use hyper::service::Service as _;
+use hyper_util::service::TowerToHyperService;
 use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::selector::{FieldSelector, LabelSelector};
 use kubeplug_informer::source::{SourceError, Status};
 use kubeplug_memory::{Call, SelectableFields};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::auth;
@@ -120,208 +130,349 @@ fn with_kind(resource: &Resource, stored: &[u8]) -> Bytes {
     Bytes::from(out)
 }
 
-/// What a path names.
-enum Target {
-    Version,
-    /// `/openapi/v3`: the group-versions with a document.
-    OpenApiRoot,
-    /// `/openapi/v3/api/v1`, `/openapi/v3/apis/{group}/{version}`.
-    OpenApi {
-        group: String,
-        version: String,
-    },
-    CoreVersions,
-    Groups,
-    GroupVersion {
-        group: String,
-        version: String,
-    },
-    Resource(ResourcePath),
+/// The routes, served as a hyper service by each connection (`serve`).
+pub(crate) type Routes = TowerToHyperService<Router>;
+
+/// The paths the server answers, as kube-apiserver lays them out. Every route takes every
+/// method: which methods a path takes is its handler's answer, a `405` `Status` like the
+/// server's, never axum's empty one. Anything else is a `404` `Status`.
+pub(crate) fn routes(shared: Arc<Shared>) -> Routes {
+    let router = Router::new()
+        .route("/version", any(version))
+        .route("/api", any(core_versions))
+        .route("/apis", any(api_groups))
+        .route("/api/{version}", any(resources_of))
+        .route("/apis/{group}/{version}", any(resources_of))
+        .route("/openapi/v3", any(openapi_documents))
+        .route("/openapi/v3/api/{version}", any(openapi_document))
+        .route("/openapi/v3/apis/{group}/{version}", any(openapi_document))
+        // Cluster-scoped resources, and namespaced ones across all namespaces.
+        .route("/api/{version}/{plural}", any(objects))
+        .route("/api/{version}/{plural}/{name}", any(objects))
+        .route("/api/{version}/{plural}/{name}/status", any(status))
+        .route("/apis/{group}/{version}/{plural}", any(objects))
+        .route("/apis/{group}/{version}/{plural}/{name}", any(objects))
+        .route(
+            "/apis/{group}/{version}/{plural}/{name}/status",
+            any(status),
+        )
+        // Namespaced resources in one namespace.
+        .route(
+            "/api/{version}/namespaces/{namespace}/{plural}",
+            any(objects),
+        )
+        .route(
+            "/api/{version}/namespaces/{namespace}/{plural}/{name}",
+            any(objects),
+        )
+        .route(
+            "/api/{version}/namespaces/{namespace}/{plural}/{name}/status",
+            any(status),
+        )
+        .route(
+            "/apis/{group}/{version}/namespaces/{namespace}/{plural}",
+            any(objects),
+        )
+        .route(
+            "/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}",
+            any(objects),
+        )
+        .route(
+            "/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}/status",
+            any(status),
+        )
+        .fallback(|| async { not_found() })
+        .with_state(shared);
+    TowerToHyperService::new(router)
 }
 
+/// Answers one request: the bearer token first, so that nothing of an unauthenticated
+/// request's body is read (nor its path looked at); then the route its path names, with
+/// slashes at either end of the path ignored.
+pub(crate) async fn handle<B>(
+    shared: &Shared,
+    routes: &Routes,
+    mut request: Request<B>,
+) -> axum::response::Response
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    shared.faults.record(&request);
+    if !auth::authorized(shared.bearer_token.as_deref(), request.headers()) {
+        return error(401, "Unauthorized").into_response();
+    }
+    trim_slashes(request.uri_mut());
+    let Ok(response) = routes.call(request).await;
+    response
+}
+
+/// `/api/v1/` and `//api/v1` name `/api/v1`, as they always have here.
+fn trim_slashes(uri: &mut Uri) {
+    let trimmed = uri.path().trim_matches('/');
+    if uri.path().strip_prefix('/') == Some(trimmed) {
+        return;
+    }
+    let path_and_query = match uri.query() {
+        Some(query) => format!("/{trimmed}?{query}"),
+        None => format!("/{trimmed}"),
+    };
+    let mut parts = uri.clone().into_parts();
+    if let Ok(path_and_query) = path_and_query.parse() {
+        parts.path_and_query = Some(path_and_query);
+        if let Ok(trimmed) = Uri::from_parts(parts) {
+            *uri = trimmed;
+        }
+    }
+}
+
+/// The answer to a path that names nothing served.
+fn not_found() -> Response<Body> {
+    error(404, "the server could not find the requested resource")
+}
+
+async fn version() -> Response<Body> {
+    json_response(
+        StatusCode::OK,
+        &json!({"major": "1", "minor": "32", "gitVersion": "v1.32.0-fake", "platform": "linux/amd64"}),
+    )
+}
+
+async fn core_versions(State(shared): State<Arc<Shared>>) -> Response<Body> {
+    json_response(
+        StatusCode::OK,
+        &json!({"kind": "APIVersions", "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": shared.address}]}),
+    )
+}
+
+async fn api_groups(State(shared): State<Arc<Shared>>) -> Response<Body> {
+    groups(&shared)
+}
+
+/// A group-version as a route captures it: no `group` for the core group.
+#[derive(Deserialize)]
+struct GroupVersion {
+    #[serde(default)]
+    group: String,
+    version: String,
+}
+
+async fn resources_of(
+    State(shared): State<Arc<Shared>>,
+    path: Result<Path<GroupVersion>, PathRejection>,
+) -> Response<Body> {
+    match path {
+        Ok(Path(gv)) => group_version(&shared, &gv.group, &gv.version),
+        Err(_) => not_found(),
+    }
+}
+
+async fn openapi_documents(State(shared): State<Arc<Shared>>) -> Response<Body> {
+    openapi_root(&shared)
+}
+
+async fn openapi_document(
+    State(shared): State<Arc<Shared>>,
+    path: Result<Path<GroupVersion>, PathRejection>,
+) -> Response<Body> {
+    match path {
+        Ok(Path(gv)) => openapi_group_version(&shared, &gv.group, &gv.version),
+        Err(_) => not_found(),
+    }
+}
+
+/// A resource path as a route captures it, each segment percent-decoded as kube-apiserver
+/// decodes them (one that decodes to no UTF-8 names nothing: `404`).
+#[derive(Deserialize)]
+struct Segments {
+    /// Empty for the core group.
+    #[serde(default)]
+    group: String,
+    version: String,
+    namespace: Option<String>,
+    plural: String,
+    name: Option<String>,
+}
+
+/// What a resource path names.
 struct ResourcePath {
     group: String,
     version: String,
     namespace: Option<String>,
     plural: String,
     name: Option<String>,
+    /// The `/status` subresource.
     status: bool,
 }
 
-fn parse_path(path: &str) -> Option<Target> {
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (group, version, rest) = match segments.as_slice() {
-        ["version"] => return Some(Target::Version),
-        ["openapi", "v3"] => return Some(Target::OpenApiRoot),
-        ["openapi", "v3", "api", version] => {
-            return Some(Target::OpenApi {
-                group: String::new(),
-                version: (*version).to_owned(),
-            });
-        }
-        ["openapi", "v3", "apis", group, version] => {
-            return Some(Target::OpenApi {
-                group: (*group).to_owned(),
-                version: (*version).to_owned(),
-            });
-        }
-        ["api"] => return Some(Target::CoreVersions),
-        ["apis"] => return Some(Target::Groups),
-        ["api", version] => {
-            return Some(Target::GroupVersion {
-                group: String::new(),
-                version: (*version).to_owned(),
-            });
-        }
-        ["apis", group, version] => {
-            return Some(Target::GroupVersion {
-                group: (*group).to_owned(),
-                version: (*version).to_owned(),
-            });
-        }
-        ["api", version, rest @ ..] => ("", *version, rest),
-        ["apis", group, version, rest @ ..] => (*group, *version, rest),
-        _ => return None,
-    };
-    let (namespace, rest) = match rest {
-        ["namespaces", ns, plural, tail @ ..] if *plural != "status" && *plural != "finalize" => {
-            (Some((*ns).to_owned()), [&[*plural][..], tail].concat())
-        }
-        other => (None, other.to_vec()),
-    };
-    let (plural, name, status) = match rest.as_slice() {
-        [plural] => (*plural, None, false),
-        [plural, name] => (*plural, Some((*name).to_owned()), false),
-        [plural, name, "status"] => (*plural, Some((*name).to_owned()), true),
-        _ => return None,
-    };
-    Some(Target::Resource(ResourcePath {
-        group: group.to_owned(),
-        version: version.to_owned(),
-        namespace,
-        plural: plural.to_owned(),
-        name,
-        status,
-    }))
+impl ResourcePath {
+    /// What `segments` name: `namespaces/{name}/status` is a Namespace's `status`
+    /// subresource, not a resource `status` in a namespace, and `namespaces/{name}/finalize`
+    /// (not served) is not one either.
+    fn new(segments: Segments, status: bool) -> Option<Self> {
+        let Segments {
+            group,
+            version,
+            namespace,
+            plural,
+            name,
+        } = segments;
+        let (namespace, plural, name, status) = match (namespace, plural.as_str(), name) {
+            (Some(namespace), "status", None) if !status => {
+                (None, "namespaces".to_owned(), Some(namespace), true)
+            }
+            (Some(_), "status" | "finalize", _) => return None,
+            (namespace, _, name) => (namespace, plural, name, status),
+        };
+        Some(Self {
+            group,
+            version,
+            namespace,
+            plural,
+            name,
+            status,
+        })
+    }
 }
 
-/// Answers one request: the bearer token first, so that nothing of an unauthenticated
-/// request's body is read.
-pub(crate) async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
-    shared.faults.record(&request);
-    if !auth::authorized(shared.bearer_token.as_deref(), request.headers()) {
-        return error(401, "Unauthorized");
-    }
-    let query: BTreeMap<String, String> = request
-        .uri()
-        .query()
+/// A resource's collection or one of its objects.
+async fn objects(
+    State(shared): State<Arc<Shared>>,
+    path: Result<Path<Segments>, PathRejection>,
+    RawQuery(query): RawQuery,
+    request: Request,
+) -> Response<Body> {
+    resource_request(shared, path, false, query, request).await
+}
+
+/// An object's `status` subresource.
+async fn status(
+    State(shared): State<Arc<Shared>>,
+    path: Result<Path<Segments>, PathRejection>,
+    RawQuery(query): RawQuery,
+    request: Request,
+) -> Response<Body> {
+    resource_request(shared, path, true, query, request).await
+}
+
+/// Answers a request on a resource: the form of the answer negotiated (and refused before
+/// the body is read when none can be given), then the body read, then the operation.
+async fn resource_request(
+    shared: Arc<Shared>,
+    path: Result<Path<Segments>, PathRejection>,
+    status: bool,
+    query: Option<String>,
+    request: Request,
+) -> Response<Body> {
+    let query: BTreeMap<String, String> = query
         .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
         .unwrap_or_default();
-    let Some(target) = parse_path(request.uri().path()) else {
-        return error(404, "the server could not find the requested resource");
+    let Some(path) = path
+        .ok()
+        .and_then(|Path(segments)| ResourcePath::new(segments, status))
+    else {
+        return not_found();
     };
-    match target {
-        Target::Version => json_response(
-            StatusCode::OK,
-            &json!({"major": "1", "minor": "32", "gitVersion": "v1.32.0-fake", "platform": "linux/amd64"}),
+    let resource = lock(&shared.resources)
+        .iter()
+        .find(|r| r.group == path.group && r.version == path.version && r.plural == path.plural)
+        .cloned();
+    let Some(resource) = resource else {
+        return not_found();
+    };
+    let (view, storage) = View::of(&resource, &lock(&shared.resources));
+    let method = request.method().clone();
+    let (form, table) = match negotiate(&shared, &resource, &path, &query, &request) {
+        Ok(negotiated) => negotiated,
+        Err(refused) => return refused,
+    };
+    let content_type = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_owned();
+    let body = match read_body(request.into_body(), &shared.limits).await {
+        Ok(body) => body,
+        Err(e) => return body_error(&e),
+    };
+    let ctx = Ctx {
+        shared: &shared,
+        resource: &resource,
+        storage: &storage,
+        view,
+        form,
+        table,
+        path: &path,
+        query: &query,
+    };
+    match (method, path.name.is_some()) {
+        (Method::PUT | Method::PATCH, true) if view == View::CoreEvents => error(
+            405,
+            "v1 Events are events.k8s.io/v1 Events here: update or patch them there",
         ),
-        Target::CoreVersions => json_response(
-            StatusCode::OK,
-            &json!({"kind": "APIVersions", "versions": ["v1"],
-                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": shared.address}]}),
-        ),
-        Target::Groups => groups(&shared),
-        Target::OpenApiRoot => openapi_root(&shared),
-        Target::OpenApi { group, version } => openapi_group_version(&shared, &group, &version),
-        Target::GroupVersion { group, version } => group_version(&shared, &group, &version),
-        Target::Resource(path) => {
-            let resource = lock(&shared.resources)
-                .iter()
-                .find(|r| {
-                    r.group == path.group && r.version == path.version && r.plural == path.plural
-                })
-                .cloned();
-            let Some(resource) = resource else {
-                return error(404, "the server could not find the requested resource");
-            };
-            let (view, storage) = View::of(&resource, &lock(&shared.resources));
-            let method = request.method().clone();
-            let answer = match (&method, path.name.is_some()) {
-                (&Method::GET, false) if !is_true(query.get("watch")) => Answer::List,
-                _ => Answer::Objects,
-            };
-            let accept = request
-                .headers()
-                .get(header::ACCEPT)
-                .and_then(|v| v.to_str().ok());
-            // A streaming list is answered in objects, even to a table's Accept, as
-            // kube-apiserver v1.32 answers it.
-            let printer = table::printer(&resource.group, &resource.kind)
-                .filter(|_| !is_true(query.get("sendInitialEvents")));
-            let negotiated = match lock(&shared.whole_only).contains(&resource) {
-                true => Form::negotiate_whole_only(accept),
-                false => Form::negotiate(accept, answer, printer.is_some()),
-            };
-            let shape = match negotiated {
-                Some(shape) if method == Method::GET => shape,
-                Some(_) => Shape::Objects(Form::Full),
-                None => {
-                    let accept: String = accept.unwrap_or_default().chars().take(200).collect();
-                    return error(
-                        406,
-                        format!(
-                            "the server can answer only application/json: whole, as PartialObjectMetadata, or as a Table for some types; the request accepts {accept:?}"
-                        ),
-                    );
-                }
-            };
-            let (form, table) = match (shape, printer) {
-                (Shape::Table, Some(printer)) => {
-                    match IncludeObject::parse(query.get("includeObject").map(String::as_str)) {
-                        Ok(include) => (Form::Full, Some(TableOf { printer, include })),
-                        Err(message) => return error(400, message),
-                    }
-                }
-                (Shape::Objects(form), _) => (form, None),
-                // Not negotiated without a printer.
-                (Shape::Table, None) => (Form::Full, None),
-            };
-            let content_type = request
-                .headers()
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("application/json")
-                .to_owned();
-            let body = match read_body(request.into_body(), &shared.limits).await {
-                Ok(body) => body,
-                Err(e) => return body_error(&e),
-            };
-            let ctx = Ctx {
-                shared: &shared,
-                resource: &resource,
-                storage: &storage,
-                view,
-                form,
-                table,
-                path: &path,
-                query: &query,
-            };
-            match (method, path.name.is_some()) {
-                (Method::PUT | Method::PATCH, true) if view == View::CoreEvents => error(
-                    405,
-                    "v1 Events are events.k8s.io/v1 Events here: update or patch them there",
+        (Method::GET, false) if is_true(query.get("watch")) => ctx.watch().await,
+        (Method::GET, false) => ctx.list().await,
+        (Method::GET, true) => ctx.get(),
+        (Method::POST, false) => ctx.create(&body),
+        (Method::PUT, true) => ctx.update(&body),
+        (Method::PATCH, true) => ctx.patch(&content_type, &body),
+        (Method::DELETE, true) => ctx.delete(),
+        _ => error(405, "method not allowed"),
+    }
+}
+
+/// The form of the objects a request on `resource` is answered with, and the table they
+/// make when it asks for one: from its `Accept` header, for a `GET`; `406` when no form
+/// served is acceptable.
+fn negotiate(
+    shared: &Shared,
+    resource: &Resource,
+    path: &ResourcePath,
+    query: &BTreeMap<String, String>,
+    request: &Request,
+) -> Result<(Form, Option<TableOf>), Response<Body>> {
+    let answer = match (request.method(), path.name.is_some()) {
+        (&Method::GET, false) if !is_true(query.get("watch")) => Answer::List,
+        _ => Answer::Objects,
+    };
+    let accept = request
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    // A streaming list is answered in objects, even to a table's Accept, as kube-apiserver
+    // v1.32 answers it.
+    let printer = table::printer(&resource.group, &resource.kind)
+        .filter(|_| !is_true(query.get("sendInitialEvents")));
+    let negotiated = match lock(&shared.whole_only).contains(resource) {
+        true => Form::negotiate_whole_only(accept),
+        false => Form::negotiate(accept, answer, printer.is_some()),
+    };
+    let shape = match negotiated {
+        Some(shape) if request.method() == Method::GET => shape,
+        Some(_) => Shape::Objects(Form::Full),
+        None => {
+            let accept: String = accept.unwrap_or_default().chars().take(200).collect();
+            return Err(error(
+                406,
+                format!(
+                    "the server can answer only application/json: whole, as PartialObjectMetadata, or as a Table for some types; the request accepts {accept:?}"
                 ),
-                (Method::GET, false) if is_true(query.get("watch")) => ctx.watch().await,
-                (Method::GET, false) => ctx.list().await,
-                (Method::GET, true) => ctx.get(),
-                (Method::POST, false) => ctx.create(&body),
-                (Method::PUT, true) => ctx.update(&body),
-                (Method::PATCH, true) => ctx.patch(&content_type, &body),
-                (Method::DELETE, true) => ctx.delete(),
-                _ => error(405, "method not allowed"),
+            ));
+        }
+    };
+    Ok(match (shape, printer) {
+        (Shape::Table, Some(printer)) => {
+            match IncludeObject::parse(query.get("includeObject").map(String::as_str)) {
+                Ok(include) => (Form::Full, Some(TableOf { printer, include })),
+                Err(message) => return Err(error(400, message)),
             }
         }
-    }
+        (Shape::Objects(form), _) => (form, None),
+        // Not negotiated without a printer.
+        (Shape::Table, None) => (Form::Full, None),
+    })
 }
 
 fn is_true(value: Option<&String>) -> bool {

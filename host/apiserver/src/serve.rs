@@ -1,7 +1,8 @@
 //! Connections: accepting them within a cap, and the bounds on what one connection may hold.
 //!
-//! Whatever does the routing (today `routes::handle`, later a router), a connection is
-//! accepted, and its request bodies are read, here. Every bound below holds before a request
+//! The routes (`routes::routes`, an axum `Router`) answer requests; a connection is accepted,
+//! served over hyper's HTTP/1.1 within the bounds below, and its request bodies are read,
+//! here. Every bound below holds before a request
 //! is authenticated, except the body's, which is read only for an authenticated request:
 //!
 //! - at most [`Limits::max_connections`] connections at once ([`MAX_CONNECTIONS`], less where
@@ -34,6 +35,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Sleep;
 
 use crate::Shared;
+use crate::routes::Routes;
 
 /// Most bytes of one request body: kube-apiserver's default `--max-request-body-bytes`
 /// (3 MiB), which is also what one object may be. A declared `Content-Length` over it is
@@ -176,6 +178,7 @@ pub(crate) async fn accept_loop(
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let limits = shared.limits;
+    let routes = crate::routes::routes(shared.clone());
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let mut connections = tokio::task::JoinSet::new();
     loop {
@@ -197,9 +200,10 @@ pub(crate) async fn accept_loop(
             continue;
         };
         let shared = shared.clone();
+        let routes = routes.clone();
         let tls = tls.clone();
         connections.spawn(async move {
-            serve_connection(stream, shared, tls, &limits).await;
+            serve_connection(stream, shared, routes, tls, &limits).await;
             drop(permit);
         });
     }
@@ -216,17 +220,20 @@ fn is_connection_error(e: &io::Error) -> bool {
     )
 }
 
-/// Serves one connection's requests, over TLS when `tls` is given, within `limits`.
+/// Serves one connection's requests with `routes`, over TLS when `tls` is given, within
+/// `limits`.
 async fn serve_connection(
     stream: TcpStream,
     shared: Arc<Shared>,
+    routes: Routes,
     tls: Option<tokio_rustls::TlsAcceptor>,
     limits: &Limits,
 ) {
     let stream = WriteStall::new(stream, limits.write_stall);
     let service = hyper::service::service_fn(move |request| {
         let shared = shared.clone();
-        async move { Ok::<_, Infallible>(crate::routes::handle(shared, request).await) }
+        let routes = routes.clone();
+        async move { Ok::<_, Infallible>(crate::routes::handle(&shared, &routes, request).await) }
     });
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())

@@ -563,35 +563,61 @@ impl Indexer {
 
     /// Registers an index (or takes another reference on an existing one of the same name)
     /// and builds it over the current contents. The index lives while a handle does.
+    ///
+    /// The build runs off the cache's lock, over a snapshot of its objects (shared `Arc`s),
+    /// so that the writer, the informer's delta processor, never waits for an index function
+    /// over the whole cache; under the write lock, the index is only caught up with the
+    /// objects the writer changed meanwhile (found by pointer) and swapped in.
     pub fn add_index(&self, spec: IndexSpec) -> IndexHandle {
         let name = spec.name();
+        let handle = IndexHandle {
+            state: Arc::downgrade(&self.state),
+            name: name.clone(),
+        };
+        if let Some(index) = write(&self.state).indexes.get_mut(&name) {
+            index.refs += 1;
+            return handle;
+        }
+        let snapshot: KeyMap<ObjectKey, Arc<Object>> = read(&self.state).items.clone();
+        let mut built = Index::new(spec, 1);
+        for (key, object) in &snapshot {
+            built.insert(key, object);
+        }
         let mut state = write(&self.state);
         let State { items, indexes, .. } = &mut *state;
-        let mut added_path = false;
-        indexes
-            .entry(name.clone())
-            .and_modify(|index| index.refs += 1)
-            .or_insert_with(|| {
-                let mut index = Index::new(spec, 1);
-                for (key, object) in items.iter() {
-                    index.insert(key, object);
+        if let Some(index) = indexes.get_mut(&name) {
+            // Another caller added it meanwhile: share theirs.
+            index.refs += 1;
+            return handle;
+        }
+        for (key, then) in &snapshot {
+            match items.get(key) {
+                Some(now) if Arc::ptr_eq(now, then) => {}
+                Some(now) => {
+                    built.remove(key, then);
+                    built.insert(key, now);
                 }
-                added_path = index.is_path();
-                index
-            });
-        if added_path {
+                None => built.remove(key, then),
+            }
+        }
+        for (key, now) in items.iter() {
+            if !snapshot.contains_key(key) {
+                built.insert(key, now);
+            }
+        }
+        let is_path = built.is_path();
+        indexes.insert(name, built);
+        if is_path {
             state.collect_paths();
         }
-        IndexHandle {
-            state: Arc::downgrade(&self.state),
-            name,
-        }
+        handle
     }
 
     /// Registers a projection path (or takes another reference on it): from now on, the
     /// values it selects in each object stored are kept with the object
     /// ([`Object::selected`]), in the same walk as the `path` indexes'. Objects stored
-    /// before keep none for it. The registration lives while a handle does.
+    /// before keep none for it. The registration lives while a handle does. It walks no
+    /// object: the write lock is held only to record the path.
     pub fn add_projection(&self, path: &FieldPath) -> ProjectionHandle {
         let mut state = write(&self.state);
         let (_, refs) = state

@@ -416,3 +416,62 @@ fn a_panicking_index_function_fails_its_index_only() {
         ["a/bad", "b/later"]
     );
 }
+
+/// Issue 41: an index is built off the cache's lock. Its function is gated over 1,000
+/// objects; while the gate is closed the writer (the delta processor) still puts, updates
+/// and deletes, and the index, once swapped in, files every object as it is then. Before,
+/// the build held the write lock and the writer waited for every call of the function.
+#[test]
+fn an_index_is_built_without_holding_up_the_writer() {
+    use std::sync::{Condvar, Mutex, mpsc};
+    use std::time::Duration;
+
+    let (mut writer, reader) = new_indexer();
+    for i in 0..1000 {
+        writer.put(pod("a", &format!("p{i}"), 1, &[("app", "web")], None));
+    }
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let open = |gate: &(Mutex<bool>, Condvar)| {
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+    };
+    let func_gate = gate.clone();
+    let func: IndexFn = Arc::new(move |o: &Object| {
+        let (lock, opened) = &*func_gate;
+        let _open = opened
+            .wait_while(lock.lock().unwrap(), |open| !*open)
+            .unwrap();
+        o.label("app").map(str::to_owned).into_iter().collect()
+    });
+    let building = {
+        let reader = reader.clone();
+        std::thread::spawn(move || {
+            reader.add_index(IndexSpec::Custom {
+                name: "app-gated".into(),
+                func,
+            })
+        })
+    };
+    // The writer's changes while the gate is closed, on a thread of their own so that a
+    // writer held up fails the test instead of hanging it.
+    let (done, written) = mpsc::channel();
+    let writing = std::thread::spawn(move || {
+        writer.put(pod("a", "p0", 2, &[("app", "db")], None));
+        writer.delete("a/p1");
+        writer.put(pod("a", "new", 1, &[("app", "web")], None));
+        done.send(()).unwrap();
+        writer
+    });
+    let held_up = written.recv_timeout(Duration::from_secs(30)).is_err();
+    open(&gate);
+    let _writer = writing.join().unwrap();
+    let index = building.join().unwrap();
+    assert!(!held_up, "the writer waited for the index to be built");
+    let web = reader.index_keys(index.name(), "web").unwrap();
+    assert_eq!(web.len(), 999, "p1 deleted, p0 moved to db, new added");
+    assert!(web.iter().any(|k| k.to_string() == "a/new"));
+    assert_eq!(
+        sorted(reader.index_keys(index.name(), "db").unwrap()),
+        ["a/p0"]
+    );
+}
