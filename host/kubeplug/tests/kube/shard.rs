@@ -32,14 +32,32 @@ struct Delivery {
 }
 
 /// Every delivery so far, in the order the replicas wrote them; a line still being written
-/// (no newline yet) is left for the next read.
+/// (no newline yet) is left for the next read. The log is the record these tests check, so
+/// it must be whole: a `{"dropped":N}` line (its queue overflowed) fails the test.
 fn deliveries(log: &Path) -> Vec<Delivery> {
-    std::fs::read_to_string(log)
+    complete_lines(log)
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
+        .collect()
+}
+
+/// The delivery log's complete lines, checked to have lost none.
+fn complete_lines(log: &Path) -> Vec<String> {
+    let lines: Vec<String> = std::fs::read_to_string(log)
         .unwrap_or_default()
         .split_inclusive('\n')
         .filter(|line| line.ends_with('\n'))
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
-        .collect()
+        .map(str::to_owned)
+        .collect();
+    let dropped: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.starts_with("{\"dropped\""))
+        .collect();
+    assert!(
+        dropped.is_empty(),
+        "the delivery log lost calls: {dropped:?}"
+    );
+    lines
 }
 
 /// Deliveries of one key by two replicas whose times overlap. A fenced call (its replica
@@ -497,10 +515,8 @@ async fn shard_the_example_plugins_deliver_each_key_on_one_replica() {
             replica: String,
             key: String,
         }
-        std::fs::read_to_string(&log)
-            .unwrap()
-            .split_inclusive('\n')
-            .filter(|line| line.ends_with('\n'))
+        complete_lines(&log)
+            .iter()
             .map(|line| serde_json::from_str::<Line>(line).unwrap())
             .filter(|line| line.plugin == plugin && line.key == key)
             .map(|line| line.replica)
