@@ -61,7 +61,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.plugins.display()
         );
     }
-    let mut dir = PluginDir::new(&args.plugins, DirConfig::default()).with_context(|| {
+    let dir = PluginDir::new(&args.plugins, DirConfig::default()).with_context(|| {
         format!(
             "cannot open the plugins directory {}",
             args.plugins.display()
@@ -250,13 +250,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut watching_plugins = None;
     let loaded = tokio::select! {
         biased;
-        () = stop.cancelled() => false,
-        loaded = load_present(&mut dir, &host) => {
-            loaded?;
-            true
-        }
+        () = stop.cancelled() => None,
+        loaded = load_present(dir, &host) => loaded?,
     };
-    if loaded {
+    if let Some(dir) = loaded {
         let reloading = host.clone();
         watching_plugins = Some(tokio::spawn(watch(
             dir,
@@ -556,20 +553,28 @@ pub(crate) fn artifact_cache_dir() -> Option<std::path::PathBuf> {
 }
 
 /// Loads the plugins present in `dir` at start, waiting for files still being written to
-/// settle.
-async fn load_present(dir: &mut PluginDir, host: &Arc<PluginHost>) -> anyhow::Result<()> {
+/// settle; its scans run off the async workers. Hands `dir` back for the watch to follow, or
+/// `None` when the runtime shuts down meanwhile.
+async fn load_present(
+    mut dir: PluginDir,
+    host: &Arc<PluginHost>,
+) -> anyhow::Result<Option<PluginDir>> {
     let mut reason = ScanReason::Start;
     loop {
-        let scan = dir
-            .scan(reason, Hints::default(), tokio::time::Instant::now())
-            .with_context(|| {
-                format!("cannot list the plugins directory {}", dir.path().display())
-            })?;
+        let now = tokio::time::Instant::now();
+        let Some((scanned_dir, scanned)) = dir.scan_blocking(reason, Hints::default(), now).await
+        else {
+            return Ok(None);
+        };
+        dir = scanned_dir;
+        let scan = scanned.with_context(|| {
+            format!("cannot list the plugins directory {}", dir.path().display())
+        })?;
         let retry = host.apply(scan.changes).await;
         dir.retry(&retry, tokio::time::Instant::now());
         match scan.recheck_at {
             Some(settled) => tokio::time::sleep_until(settled).await,
-            None => return Ok(()),
+            None => return Ok(Some(dir)),
         }
         reason = ScanReason::Retry;
     }

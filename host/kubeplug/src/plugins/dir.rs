@@ -275,6 +275,26 @@ impl PluginDir {
             .min()
     }
 
+    /// [`scan`](Self::scan) on a thread for blocking work: a scan reads and hashes files of
+    /// up to 128 MiB, which must not hold an async worker. `None` when the runtime is
+    /// shutting down.
+    pub(crate) async fn scan_blocking(
+        mut self,
+        reason: ScanReason,
+        hints: Hints,
+        now: Instant,
+    ) -> Option<(Self, std::io::Result<Scan>)> {
+        let scanning = tokio::task::spawn_blocking(move || {
+            let scanned = self.scan(reason, hints, now);
+            (self, scanned)
+        });
+        match scanning.await {
+            Ok(done) => Some(done),
+            Err(error) if error.is_cancelled() => None,
+            Err(error) => std::panic::resume_unwind(error.into_panic()),
+        }
+    }
+
     /// Looks at every file now, counting the scan under `reason`; `hints` are consumed.
     pub(crate) fn scan(
         &mut self,
@@ -536,16 +556,11 @@ where
                 let taken = std::mem::take(&mut *hints.lock().expect("hints lock poisoned"));
                 let now = Instant::now();
                 let next_rescan = now + dir.config.rescan_every;
-                let scanning = tokio::task::spawn_blocking(move || {
-                    let scanned = dir.scan(reason, taken, now);
-                    (dir, scanned)
-                });
                 let scanned;
-                (dir, scanned) = match scanning.await {
-                    Ok(done) => done,
+                (dir, scanned) = match dir.scan_blocking(reason, taken, now).await {
+                    Some(done) => done,
                     // The runtime is shutting down.
-                    Err(error) if error.is_cancelled() => return,
-                    Err(error) => std::panic::resume_unwind(error.into_panic()),
+                    None => return,
                 };
                 let rescan = State::Wait {
                     until: next_rescan,
