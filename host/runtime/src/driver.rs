@@ -147,22 +147,26 @@ impl Shares {
     }
 }
 
-/// A call in flight under a share; dropping it ends the call.
+/// A call in flight under a share; dropping it ends the call. Counts nothing under a
+/// control that does not share keys.
 pub(crate) struct ShareCall {
-    shares: Arc<Shares>,
+    shares: Option<Arc<Shares>>,
     generation: u64,
 }
 
 impl Drop for ShareCall {
     fn drop(&mut self) {
-        let mut in_flight = self.shares.in_flight();
+        let Some(shares) = &self.shares else {
+            return;
+        };
+        let mut in_flight = shares.in_flight();
         if let Some(count) = in_flight.get_mut(&self.generation) {
             *count -= 1;
             if *count == 0 {
                 in_flight.remove(&self.generation);
             }
         }
-        self.shares.publish_oldest(&in_flight);
+        shares.publish_oldest(&in_flight);
     }
 }
 
@@ -179,29 +183,55 @@ impl Drop for ShareCall {
 ///   notifications and queued keys are not delivered;
 /// - dropping the control leaves the drivers on the current version until their receivers
 ///   close;
-/// - [`share`](Self::share) narrows or widens the keys delivered from the next call on;
-///   [`settled`](Self::settled) says when no call started under an earlier share is still
-///   in flight.
+/// - on a control made [`sharing`](Self::sharing), [`share`](Self::share) narrows or widens
+///   the keys delivered from the next call on, and [`settled`](Self::settled) says when no
+///   call started under an earlier share is still in flight; a control made with
+///   [`new`](Self::new) delivers every key and its drivers touch no share state at all.
 #[derive(Debug)]
 pub struct DriverControl {
     target: watch::Sender<Option<Arc<Plugin>>>,
-    shares: Arc<Shares>,
+    /// `None` when the control does not share keys: a host without sharding pays for no
+    /// lock or channel per call.
+    shares: Option<Arc<Shares>>,
 }
 
 impl DriverControl {
-    /// Drivers started from this control call `plugin`, with every key.
+    /// Drivers started from this control call `plugin`, with every key, for good.
     pub fn new(plugin: Arc<Plugin>) -> Self {
         let (target, _) = watch::channel(Some(plugin));
         Self {
             target,
-            shares: Arc::default(),
+            shares: None,
+        }
+    }
+
+    /// Drivers started from this control call `plugin` with `share`'s keys, which
+    /// [`share`](Self::share) changes.
+    pub fn sharing(plugin: Arc<Plugin>, share: KeyShare) -> Self {
+        let (target, _) = watch::channel(Some(plugin));
+        let shares = Shares {
+            current: Mutex::new((0, share)),
+            ..Shares::default()
+        };
+        Self {
+            target,
+            shares: Some(Arc::new(shares)),
         }
     }
 
     /// Delivers only `share`'s keys from the next call on; returns the share's number, for
     /// [`settled`](Self::settled).
+    ///
+    /// # Panics
+    ///
+    /// On a control made with [`new`](Self::new): a host that shares keys makes its controls
+    /// [`sharing`](Self::sharing).
     pub fn share(&self, share: KeyShare) -> u64 {
-        let mut current = self.shares.current.lock().expect("share lock poisoned");
+        let shares = self
+            .shares
+            .as_ref()
+            .expect("share() on a DriverControl made without sharing");
+        let mut current = shares.current.lock().expect("share lock poisoned");
         current.0 += 1;
         current.1 = share;
         current.0
@@ -214,6 +244,10 @@ impl DriverControl {
     pub fn settled(&self, number: u64) -> impl Future<Output = ()> + Send + use<> {
         let shares = self.shares.clone();
         async move {
+            // Without sharing there is only one share: settled from the start.
+            let Some(shares) = shares else {
+                return;
+            };
             let mut oldest = shares.oldest.subscribe();
             // The sender lives in `shares`, held here, so the channel cannot close.
             let _ = oldest.wait_for(|oldest| *oldest >= number).await;
@@ -288,34 +322,45 @@ pub(crate) struct Follower {
     target: watch::Receiver<Option<Arc<Plugin>>>,
     /// False once the control is gone: the target can no longer change.
     watching: bool,
-    shares: Arc<Shares>,
+    /// The control's; `None` when it does not share keys.
+    shares: Option<Arc<Shares>>,
 }
 
 impl Follower {
     /// The share delivered now, to filter with outside a call.
     pub(crate) fn share(&self) -> KeyShare {
-        self.shares
-            .current
-            .lock()
-            .expect("share lock poisoned")
-            .1
-            .clone()
+        match &self.shares {
+            None => KeyShare::all(),
+            Some(shares) => shares
+                .current
+                .lock()
+                .expect("share lock poisoned")
+                .1
+                .clone(),
+        }
     }
 
     /// The share to deliver now, and the call that delivers under it: hold it until the call
     /// ends.
     pub(crate) fn begin(&self) -> (KeyShare, ShareCall) {
+        let Some(shares) = &self.shares else {
+            let call = ShareCall {
+                shares: None,
+                generation: 0,
+            };
+            return (KeyShare::all(), call);
+        };
         // Counted in flight under the lock of `current`, so that a share published after
         // this read waits for this call in `settled`. Lock order: `current`, `in_flight`.
-        let current = self.shares.current.lock().expect("share lock poisoned");
+        let current = shares.current.lock().expect("share lock poisoned");
         let (generation, share) = current.clone();
-        let mut in_flight = self.shares.in_flight();
+        let mut in_flight = shares.in_flight();
         *in_flight.entry(generation).or_default() += 1;
-        self.shares.publish_oldest(&in_flight);
+        shares.publish_oldest(&in_flight);
         drop(in_flight);
         drop(current);
         let call = ShareCall {
-            shares: self.shares.clone(),
+            shares: Some(shares.clone()),
             generation,
         };
         (share, call)

@@ -121,8 +121,10 @@ impl PluginHost {
             receivers,
         } = registered;
         let probes = receivers.iter().map(ListenerReceiver::probe).collect();
-        let control = DriverControl::new(plugin.clone());
-        control.share(self.share_of(plugin.name()));
+        let control = match self.shares {
+            Some(_) => DriverControl::sharing(plugin.clone(), self.share_of(plugin.name())),
+            None => DriverControl::new(plugin.clone()),
+        };
         let (tasks, reconcile) = match plugin.description().delivery {
             Delivery::Events => {
                 let task = kubeplug_runtime::events::drive_events(&control, receivers)

@@ -190,8 +190,10 @@ async fn shard_a_key_share_delivers_only_its_keys() -> Result<()> {
         PluginLimits::default(),
     )
     .await?;
-    let control = DriverControl::new(plugin.clone());
-    control.share(KeyShare::only(|key| key == "ns/a" || key == "ns/b"));
+    let control = DriverControl::sharing(
+        plugin.clone(),
+        KeyShare::only(|key| key == "ns/a" || key == "ns/b"),
+    );
     let driver = drive_events(&control, receivers)?;
     let keys = |from: usize| -> Vec<String> {
         recorder.observations()[from..]
@@ -249,7 +251,7 @@ async fn shard_a_new_share_settles_after_the_call_in_flight() -> Result<()> {
         },
     )
     .await?;
-    let control = DriverControl::new(plugin.clone());
+    let control = DriverControl::sharing(plugin.clone(), KeyShare::all());
     let driver = drive_events(&control, receivers)?;
     until("a call is in flight", Duration::from_secs(30), || {
         plugin.status().instances_created >= 2
