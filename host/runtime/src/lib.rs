@@ -17,7 +17,6 @@
 //! - nothing is deserialized from anywhere but the runtime's own artefact cache.
 
 mod bindings;
-mod budget;
 mod convert;
 pub mod description;
 pub mod driver;

@@ -372,7 +372,7 @@ impl Runtime {
             indexes,
             max_projections: spec.limits.description.projections,
             log_budget: Arc::new(Mutex::new(LogBudget::new())),
-            write_budget: Mutex::new(write_budget(&spec.limits)),
+            write_budget: write_budget(&spec.limits),
             writes_fenced: tokio::sync::watch::Sender::new(false),
             observer: self.config.observer.clone().map(PluginObserver::new),
         });
@@ -453,7 +453,7 @@ impl Runtime {
             indexes: BTreeMap::new(),
             max_projections: spec.limits.description.projections,
             log_budget: Arc::new(Mutex::new(LogBudget::new())),
-            write_budget: Mutex::new(write_budget(&spec.limits)),
+            write_budget: write_budget(&spec.limits),
             writes_fenced: tokio::sync::watch::Sender::new(false),
             observer: self.config.observer.clone().map(PluginObserver::new),
         });

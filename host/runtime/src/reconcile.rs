@@ -1,18 +1,17 @@
 //! Reconcile mode: events become keys in a rate-limited work queue; N workers, each with its
 //! own instance, call `reconcile`.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use kubeplug_informer::listener::{ListenerReceiver, Notification};
 use kubeplug_policy::names::excerpt;
-use kubeplug_workqueue::{Outcome, Queue, Workers, run_workers};
+use kubeplug_workqueue::{Outcome, Queue, TokenBucket, Workers, run_workers};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use crate::bindings::guest::ReconcileResult;
-use crate::budget::TokenBucket;
 use crate::convert;
 use crate::description::{Delivery, KeyMapping};
 use crate::driver::{
@@ -105,11 +104,7 @@ pub fn drive_reconcile(
     let follower = control.follow();
     let shared: Arc<SharedVersion> = Arc::default();
     let rate = plugin.limits().reconciles;
-    let pace = Arc::new(Mutex::new(TokenBucket::new(
-        rate.per_second,
-        f64::from(rate.burst),
-        Instant::now(),
-    )));
+    let pace = Arc::new(TokenBucket::new(rate.per_second, rate.burst));
     let workers = run_workers(&queue, workers, move |target: ObjectRef| {
         let current = follower.peek();
         let shared = shared.clone();
@@ -132,7 +127,7 @@ pub fn drive_reconcile(
                         () = &mut stopped => return Outcome::Done,
                         () = version.breaker.wait() => {}
                     }
-                    let turn = lock(&pace).reserve(Instant::now(), Duration::MAX);
+                    let turn = pace.reserve(Instant::now(), Duration::MAX);
                     if let Some(wait) = turn.filter(|wait| !wait.is_zero()) {
                         tokio::select! {
                             biased;
@@ -157,12 +152,6 @@ pub fn drive_reconcile(
         workers,
         feeders,
     })
-}
-
-/// The pace's lock: held for one arithmetic step, never across an await.
-fn lock(pace: &Mutex<TokenBucket>) -> MutexGuard<'_, TokenBucket> {
-    pace.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The key of `object`'s owner of kind `owner` (group and kind compared). A namespaced owner

@@ -9,13 +9,13 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use kubeplug_policy::names::printable;
+use kubeplug_workqueue::TokenBucket;
 use tokio::io::AsyncWrite;
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use crate::budget::TokenBucket;
 use crate::grants::Policy;
 use crate::gvk::Gvk;
 use crate::observer::{CallRecord, CurrentCall, PluginObserver, ReconcileCall};
@@ -43,9 +43,8 @@ pub(crate) struct HostContext {
     pub(crate) max_projections: usize,
     /// Shared by `log` and captured stdout/stderr.
     pub(crate) log_budget: Arc<Mutex<LogBudget>>,
-    /// Its cluster writes' rate, shared by its instances (a std mutex: held only to
-    /// reserve a token).
-    pub(crate) write_budget: Mutex<TokenBucket>,
+    /// Its cluster writes' rate, shared by its instances.
+    pub(crate) write_budget: TokenBucket,
     /// While true, its writes answer `unavailable` at once and those waiting for the write
     /// rate give up: see [`Plugin::fence_writes`](crate::Plugin::fence_writes).
     pub(crate) writes_fenced: tokio::sync::watch::Sender<bool>,
@@ -82,16 +81,12 @@ impl LogBudget {
     /// host's log (or its log shipping) for everyone else.
     const RATE: f64 = 100.0;
     /// Bursts of 200: what a plugin prints at start or while handling one full batch.
-    const BURST: f64 = 200.0;
+    const BURST: u32 = 200;
 
+    /// A full budget.
     pub(crate) fn new() -> Self {
-        Self::starting_at(Instant::now().into())
-    }
-
-    /// A full budget at `now`.
-    fn starting_at(now: tokio::time::Instant) -> Self {
         Self {
-            bucket: TokenBucket::new(Self::RATE, Self::BURST, now),
+            bucket: TokenBucket::new(Self::RATE, Self::BURST),
             dropped: 0,
         }
     }
@@ -115,11 +110,7 @@ impl LogBudget {
 /// A full write budget for a plugin with `limits`.
 pub(crate) fn write_budget(limits: &PluginLimits) -> TokenBucket {
     let rate = &limits.writes;
-    TokenBucket::new(
-        rate.per_second,
-        f64::from(rate.burst),
-        tokio::time::Instant::now(),
-    )
+    TokenBucket::new(rate.per_second, rate.burst)
 }
 
 /// The longest a call may wait in all for its write rate before a write fails with
@@ -359,7 +350,7 @@ mod tests {
     #[test]
     fn the_log_budget_allows_a_burst_then_its_rate_and_counts_the_rest() {
         let start = tokio::time::Instant::now();
-        let mut budget = LogBudget::starting_at(start);
+        let mut budget = LogBudget::new();
         let burst = LogBudget::BURST as usize;
         let passed = (0..burst + 50)
             .filter(|_| budget.take_at(start).is_some())

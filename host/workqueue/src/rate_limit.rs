@@ -149,16 +149,38 @@ impl<T: Hash + Eq + Clone + Send> RateLimiter<T> for ItemExponential<T> {
     }
 }
 
-/// One token bucket shared by all items: `burst` retries at once, then `qps` per second.
+/// One token bucket: `burst` tokens at once, then `qps` per second; full at the start.
 ///
-/// Reserve-style, like `golang.org/x/time/rate`'s `Reserve().Delay()` that client-go's
-/// `BucketRateLimiter` uses: every call takes a token, possibly one not yet refilled, and
-/// returns how long until that token exists. So with the defaults (10 qps, burst 100), 100
-/// retries in a burst wait nothing, the 101st waits 100 ms, the 102nd 200 ms, and so on.
-/// It tracks no item: `forget` does nothing and `num_requeues` is 0.
+/// As a [`RateLimiter`] it is shared by all items, reserve-style, like
+/// `golang.org/x/time/rate`'s `Reserve().Delay()` that client-go's `BucketRateLimiter` uses:
+/// every call takes a token, possibly one not yet refilled, and returns how long until that
+/// token exists. So with the defaults (10 qps, burst 100), 100 retries in a burst wait
+/// nothing, the 101st waits 100 ms, the 102nd 200 ms, and so on. It tracks no item: `forget`
+/// does nothing and `num_requeues` is 0.
+///
+/// Outside a queue, it paces anything on tokio's clock at a time the caller gives:
+/// [`try_take`](Self::try_take) takes a token only if one is there (drop what is over the
+/// rate), [`reserve`](Self::reserve) queues for one up to a longest wait (delay what is
+/// over it). The Wasm runtime paces a plugin's log records, cluster writes and reconciles so.
 ///
 /// The bucket is kept as a time (the "generic cell rate" form of a token bucket) rather than
 /// a fractional token count, so delays are exact multiples of `1/qps`, with no float drift.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use kubeplug_workqueue::TokenBucket;
+/// use tokio::time::Instant;
+///
+/// let bucket = TokenBucket::new(20.0, 2);
+/// let now = Instant::now();
+/// let longest = Duration::from_secs(1);
+/// assert_eq!(bucket.reserve(now, longest), Some(Duration::ZERO));
+/// assert!(bucket.try_take(now));
+/// // The burst is spent: the next token is one interval (50 ms) away.
+/// assert!(!bucket.try_take(now));
+/// assert_eq!(bucket.reserve(now, longest), Some(Duration::from_millis(50)));
+/// ```
 pub struct TokenBucket {
     /// Time to refill one token: `1 / qps`.
     interval: Duration,
@@ -220,19 +242,37 @@ impl fmt::Debug for TokenBucket {
     }
 }
 
-impl<T> RateLimiter<T> for TokenBucket {
-    fn when(&self, _item: &T) -> Duration {
-        let now = Instant::now();
+impl TokenBucket {
+    /// Takes a token if one is there at `now`: `true` if taken, `false` and nothing taken
+    /// or reserved otherwise.
+    pub fn try_take(&self, now: Instant) -> bool {
+        self.reserve(now, Duration::ZERO).is_some()
+    }
+
+    /// Reserves the next token: how long from `now` until it exists, if that is at most
+    /// `longest`; `None` and nothing reserved otherwise. Reservations queue: each waits for
+    /// those before it.
+    pub fn reserve(&self, now: Instant, longest: Duration) -> Option<Duration> {
         let mut bucket = lock(&self.bucket);
         let epoch = *bucket.epoch.get_or_insert(now);
         let now = now.saturating_duration_since(epoch);
         // A bucket that refilled long ago is full, not fuller: start from `now` at the latest.
         let refilled_at = bucket.refilled_at.max(now).saturating_add(self.interval);
-        bucket.refilled_at = refilled_at;
         // The token taken exists once the bucket is back to `burst - 1` tokens, or is there.
-        refilled_at
+        let wait = refilled_at
             .saturating_sub(now)
-            .saturating_sub(self.burst_span)
+            .saturating_sub(self.burst_span);
+        (wait <= longest).then(|| {
+            bucket.refilled_at = refilled_at;
+            wait
+        })
+    }
+}
+
+impl<T> RateLimiter<T> for TokenBucket {
+    fn when(&self, _item: &T) -> Duration {
+        self.reserve(Instant::now(), Duration::MAX)
+            .expect("no wait is longer than Duration::MAX")
     }
 
     fn forget(&self, _item: &T) {}
@@ -471,6 +511,27 @@ mod tests {
             .take_while(|_| bucket.when(&0) == Duration::ZERO)
             .count();
         assert_eq!(immediate, 100);
+    }
+
+    #[test]
+    fn bucket_reserves_up_to_the_longest_wait_and_takes_only_what_is_there() {
+        let start = Instant::now();
+        let bucket = TokenBucket::new(20.0, 30);
+        let longest = Duration::from_secs(30);
+        for _ in 0..30 {
+            assert_eq!(bucket.reserve(start, longest), Some(Duration::ZERO));
+        }
+        // The 31st waits one token's time, the 32nd two.
+        assert_eq!(bucket.reserve(start, longest), Some(50 * MS));
+        assert_eq!(bucket.reserve(start, longest), Some(100 * MS));
+        // Nothing is reserved past the longest wait, nor taken when nothing is there.
+        assert_eq!(bucket.reserve(start, 120 * MS), None);
+        assert!(!bucket.try_take(start));
+        assert_eq!(bucket.reserve(start, longest), Some(150 * MS));
+        // A second later, 20 more tokens: the queue of 3 is paid, 17 are free.
+        let later = start + Duration::from_secs(1);
+        let free = (0..40).filter(|_| bucket.try_take(later)).count();
+        assert_eq!(free, 17);
     }
 
     #[test]

@@ -103,7 +103,7 @@ impl HostCalls {
             indexes: BTreeMap::new(),
             max_projections: crate::description::MAX_PROJECTIONS,
             log_budget: Arc::new(Mutex::new(LogBudget::new())),
-            write_budget: Mutex::new(write_budget(&PluginLimits::default())),
+            write_budget: write_budget(&PluginLimits::default()),
             writes_fenced: tokio::sync::watch::Sender::new(false),
             observer: None,
         };

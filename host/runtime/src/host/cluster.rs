@@ -206,12 +206,7 @@ impl StoreState {
     async fn pace_write(&mut self) -> Result<(), Error> {
         let now = tokio::time::Instant::now();
         let longest = MAX_WRITE_WAIT.saturating_sub(self.write_wait);
-        let reserved = self
-            .host
-            .write_budget
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .reserve(now, longest);
+        let reserved = self.host.write_budget.reserve(now, longest);
         let Some(wait) = reserved else {
             return Err(Error::Unavailable(format!(
                 "plugin {} writes faster than its write rate allows: this call has waited \
