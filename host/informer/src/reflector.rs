@@ -425,9 +425,11 @@ impl Reflector {
     /// Logs `error` (with the back-off before the next attempt, when there is one: one line
     /// per failed attempt) and hands it to the error handler.
     fn report(&self, error: ReflectorError, retry_in: Option<Duration>) {
+        // As an error value, so that the log shows its sources (the HTTP client's error).
+        let logged = &error as &(dyn std::error::Error + 'static);
         match retry_in {
-            Some(delay) => warn!(%error, retry_in = ?delay, "reflector"),
-            None => warn!(%error, "reflector"),
+            Some(delay) => warn!(error = logged, retry_in = ?delay, "reflector"),
+            None => warn!(error = logged, "reflector"),
         }
         if !matches!(error, ReflectorError::ObjectSkipped { .. }) {
             self.stats.set_last_error(Some(error.clone()));

@@ -65,12 +65,29 @@ pub enum SourceError {
         retry_after: Option<Duration>,
     },
     /// The request never got an answer (connection refused, reset, TLS, timeout).
-    #[error("transport: {0}")]
-    Transport(String),
+    #[error("transport: {what}")]
+    Transport {
+        /// The request and the step that failed (`GET /api/v1/pods: the watch connection
+        /// broke`), without the cause's text.
+        what: String,
+        /// The underlying error (the HTTP client's, an I/O error), if there is one.
+        #[source]
+        source: Option<Cause>,
+    },
     /// The answer could not be decoded (not JSON, cut short, unknown shape).
-    #[error("undecodable response: {0}")]
-    Decode(String),
+    #[error("undecodable response: {what}")]
+    Decode {
+        /// The request and what was wrong with its answer, without the cause's text.
+        what: String,
+        /// The decoder's error, if there is one.
+        #[source]
+        source: Option<Cause>,
+    },
 }
+
+/// The underlying error of a [`SourceError`]: shared, so that the error stays `Clone` (the
+/// informer keeps its last error and hands it to every caller that asks).
+pub type Cause = std::sync::Arc<dyn std::error::Error + Send + Sync>;
 
 impl SourceError {
     /// An error carrying a server `Status`.
@@ -79,6 +96,36 @@ impl SourceError {
             status,
             retry_after: None,
         }
+    }
+
+    /// A [`SourceError::Transport`] without an underlying error (a timeout, a stream cut
+    /// between events); add one with [`SourceError::with_source`].
+    pub fn transport(what: impl Into<String>) -> Self {
+        Self::Transport {
+            what: what.into(),
+            source: None,
+        }
+    }
+
+    /// A [`SourceError::Decode`] without an underlying error; add one with
+    /// [`SourceError::with_source`].
+    pub fn decode(what: impl Into<String>) -> Self {
+        Self::Decode {
+            what: what.into(),
+            source: None,
+        }
+    }
+
+    /// This error with `cause` as its source; a [`SourceError::Status`] is returned as it is
+    /// (the server's `Status` is its whole cause).
+    pub fn with_source(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        match &mut self {
+            Self::Transport { source, .. } | Self::Decode { source, .. } => {
+                *source = Some(std::sync::Arc::new(cause));
+            }
+            Self::Status { .. } => {}
+        }
+        self
     }
 
     /// Whether the server said `410 Gone`.

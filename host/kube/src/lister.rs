@@ -23,7 +23,7 @@ use kubeplug_informer::source::{
 };
 use tracing::{debug, info};
 
-use crate::config::{KubeClient, error_chain};
+use crate::config::KubeClient;
 use crate::paths::collection_path;
 use crate::wire::{self, LineSplitter, ListForm};
 
@@ -206,9 +206,12 @@ impl KubeListerWatcher {
 
     /// Sends `request`; a non-2xx answer becomes its `Status`.
     async fn send(&self, request: Request<Body>) -> Result<http::Response<Body>, SourceError> {
-        let response = self.client.client().send(request).await.map_err(|e| {
-            SourceError::Transport(format!("{}: {}", self.describe(), error_chain(&e)))
-        })?;
+        let response = self
+            .client
+            .client()
+            .send(request)
+            .await
+            .map_err(|e| SourceError::transport(self.describe()).with_source(e))?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -250,22 +253,22 @@ impl KubeListerWatcher {
         let body = match read_at_most(&mut response.into_body(), limit).await {
             Ok(Read::Whole(bytes)) => bytes,
             Ok(Read::Cut(_)) => {
-                return Err(SourceError::Decode(format!(
+                return Err(SourceError::decode(format!(
                     "{}: the list answer is over {limit} bytes (max_list_bytes); ask for \
                      smaller pages or narrow the informer with a namespace or selector",
                     self.describe()
                 )));
             }
             Err(e) => {
-                return Err(SourceError::Transport(format!(
-                    "{}: list answer cut short: {}",
-                    self.describe(),
-                    error_chain(&e)
-                )));
+                return Err(SourceError::transport(format!(
+                    "{}: list answer cut short",
+                    self.describe()
+                ))
+                .with_source(e));
             }
         };
         let (page, form) = wire::decode_list(&self.resource, &body, self.metadata_only)
-            .map_err(|e| SourceError::Decode(format!("{}: {e}", self.describe())))?;
+            .map_err(|e| SourceError::decode(self.describe()).with_source(e))?;
         if self.metadata_only
             && form == ListForm::Objects
             && !self.told_whole_objects.swap(true, Ordering::Relaxed)
@@ -278,7 +281,7 @@ impl KubeListerWatcher {
         }
         let max_object = self.options.max_line_bytes;
         if let Some(position) = page.items.iter().position(|i| i.len() > max_object) {
-            return Err(SourceError::Decode(format!(
+            return Err(SourceError::decode(format!(
                 "{}: list item {position} is {} bytes, over the {max_object} bytes an object \
                  may have (max_line_bytes); a watch could not deliver it either",
                 self.describe(),
@@ -419,7 +422,7 @@ async fn step(
     loop {
         if let Some(line) = lines.pop_front() {
             let event = wire::decode_watch_line(&line)
-                .map_err(|e| SourceError::Decode(format!("{what}: {e}")));
+                .map_err(|e| SourceError::decode(what).with_source(e));
             let next = match event {
                 Ok(_) => WatchState::Reading {
                     body,
@@ -433,7 +436,7 @@ async fn step(
         let frame = match tokio::time::timeout(idle, body.frame()).await {
             Err(_) => {
                 return Some((
-                    Err(SourceError::Transport(format!(
+                    Err(SourceError::transport(format!(
                         "{what}: no data for {idle:?}; the watch is stalled"
                     ))),
                     WatchState::Done,
@@ -444,7 +447,7 @@ async fn step(
         match frame {
             None if splitter.pending() == 0 => return None,
             None => {
-                let error = SourceError::Transport(format!(
+                let error = SourceError::transport(format!(
                     "{what}: the watch ended in the middle of an event ({} bytes without a \
                      newline)",
                     splitter.pending()
@@ -452,10 +455,8 @@ async fn step(
                 return Some((Err(error), WatchState::Done));
             }
             Some(Err(e)) => {
-                let error = SourceError::Transport(format!(
-                    "{what}: the watch connection broke: {}",
-                    error_chain(&e)
-                ));
+                let error = SourceError::transport(format!("{what}: the watch connection broke"))
+                    .with_source(e);
                 return Some((Err(error), WatchState::Done));
             }
             Some(Ok(frame)) => {
@@ -466,7 +467,7 @@ async fn step(
                     Ok(new_lines) => lines.extend(new_lines),
                     Err(e) => {
                         return Some((
-                            Err(SourceError::Decode(format!("{what}: {e}"))),
+                            Err(SourceError::decode(what).with_source(e)),
                             WatchState::Done,
                         ));
                     }
@@ -481,7 +482,7 @@ impl ListerWatcher for KubeListerWatcher {
         Box::pin(async move {
             match tokio::time::timeout(self.options.list_timeout, self.list_page(request)).await {
                 Ok(result) => result,
-                Err(_) => Err(SourceError::Transport(format!(
+                Err(_) => Err(SourceError::transport(format!(
                     "{}: no list answer within {:?}",
                     self.describe(),
                     self.options.list_timeout
@@ -494,7 +495,7 @@ impl ListerWatcher for KubeListerWatcher {
         Box::pin(async move {
             match tokio::time::timeout(self.options.list_timeout, self.open_watch(request)).await {
                 Ok(result) => result,
-                Err(_) => Err(SourceError::Transport(format!(
+                Err(_) => Err(SourceError::transport(format!(
                     "{}: the watch was not answered within {:?}",
                     self.describe(),
                     self.options.list_timeout

@@ -202,7 +202,7 @@ impl WatchBody {
         // Give the connection time to flush the half line before it is aborted.
         self.feed = futures::stream::once(async {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            Err(SourceError::Transport("cut".into()))
+            Err(SourceError::transport("cut"))
         })
         .boxed();
         self.done = false;

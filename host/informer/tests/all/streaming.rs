@@ -55,7 +55,7 @@ impl ListerWatcher for FailingStreams {
                 "InternalError",
                 "Internal error occurred: RequestWatchProgress is disabled",
             ))),
-            Failure::Transport => Err(SourceError::Transport("connection reset".to_owned())),
+            Failure::Transport => Err(SourceError::transport("connection reset")),
         };
         Box::pin(async move { Ok(stream::iter([failed]).boxed()) })
     }

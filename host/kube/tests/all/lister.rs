@@ -40,7 +40,7 @@ async fn a_line_cut_in_half_ends_the_watch_with_a_transport_error() {
         .await
         .unwrap();
     match second {
-        Some(Err(SourceError::Transport(message))) => {
+        Some(Err(SourceError::Transport { what: message, .. })) => {
             assert!(
                 message.contains("/api/v1/configmaps") && message.contains(f.server.address()),
                 "{message}"
@@ -142,7 +142,7 @@ async fn a_list_answer_or_object_past_its_bound_is_an_error_naming_the_bound() {
         },
     );
     match small_pages.list(ListRequest::default()).await {
-        Err(SourceError::Decode(message)) => assert!(
+        Err(SourceError::Decode { what: message, .. }) => assert!(
             message.contains(&format!("over {body_bound} bytes (max_list_bytes)"))
                 && message.contains("/api/v1/configmaps"),
             "{message}"
@@ -169,7 +169,7 @@ async fn a_list_answer_or_object_past_its_bound_is_an_error_naming_the_bound() {
         },
     );
     match small_objects.list(ListRequest::default()).await {
-        Err(SourceError::Decode(message)) => assert!(
+        Err(SourceError::Decode { what: message, .. }) => assert!(
             message.contains("list item 0")
                 && message.contains(&format!("over the {object_bound} bytes"))
                 && message.contains("/api/v1/configmaps"),

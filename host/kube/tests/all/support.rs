@@ -73,7 +73,7 @@ pub(crate) fn quick_config() -> ReflectorConfig {
     }
 }
 
-/// Every error the Reflector reported, as text.
+/// Every error the Reflector reported, as text with its sources (as the log shows it).
 #[derive(Clone, Default)]
 pub(crate) struct Errors(pub(crate) Arc<Mutex<Vec<String>>>);
 
@@ -81,7 +81,10 @@ impl Errors {
     pub(crate) fn handler(&self) -> WatchErrorHandler {
         let errors = self.0.clone();
         Arc::new(move |e: &ReflectorError| {
-            errors.lock().unwrap().push(e.to_string());
+            errors
+                .lock()
+                .unwrap()
+                .push(kubeplug_kube::config::error_chain(e));
         })
     }
 

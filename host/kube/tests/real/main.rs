@@ -65,7 +65,9 @@ async fn the_initial_list_syncs_whether_or_not_etcd_can_stream_it() {
         ObjectDecoder::new(configmaps()),
         ReflectorConfig::default(),
         Some(Arc::new(move |error: &ReflectorError| {
-            seen.lock().unwrap().push(error.to_string());
+            seen.lock()
+                .unwrap()
+                .push(kubeplug_kube::config::error_chain(error));
         })),
     );
     informer.start();
@@ -105,7 +107,9 @@ fn informer(
         ObjectDecoder::new(configmaps()),
         config,
         Some(Arc::new(move |error: &ReflectorError| {
-            seen.lock().unwrap().push(error.to_string());
+            seen.lock()
+                .unwrap()
+                .push(kubeplug_kube::config::error_chain(error));
         })),
     );
     (informer, errors)

@@ -175,8 +175,8 @@ pub(super) fn why_not_synced(error: Option<&ReflectorError>) -> String {
     };
     match source {
         SourceError::Status { status, .. } => status_words(status.code, &status.reason),
-        SourceError::Transport(_) => "cannot reach the API server".to_owned(),
-        SourceError::Decode(_) => "undecodable answers".to_owned(),
+        SourceError::Transport { .. } => "cannot reach the API server".to_owned(),
+        SourceError::Decode { .. } => "undecodable answers".to_owned(),
         _ => "failing".to_owned(),
     }
 }
