@@ -3,15 +3,37 @@
 
 use std::sync::Arc;
 
-use kubeplug_informer::factory::{InformerKey, Needs};
+use kubeplug_informer::factory::{FactoryError, InformerKey, Needs};
 use kubeplug_informer::informer::HandlerOptions;
 use kubeplug_informer::listener::{BufferPolicy, ListenerProbe, ListenerReceiver};
-use kubeplug_runtime::{Delivery, DriverControl, Plugin};
+use kubeplug_runtime::{Delivery, DriverControl, DriverError, Plugin};
 use kubeplug_workqueue::Queue;
 use tokio::task::JoinHandle;
 use tracing::{error, warn};
 
 use super::{Delivering, PluginHost, Registered, needs};
+
+/// Why a version's deliveries could not start, by step; the informer factory's, the driver's
+/// or the work queue's error is the source. Retried at the next rescan
+/// ([`super::failure::LoadFailure::Start`]).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StartError {
+    /// An informer the version subscribes to or reads could not be leased.
+    #[error("leasing its informers")]
+    Lease(#[source] FactoryError),
+    /// A handler could not be registered on a subscription's informer.
+    #[error("registering its handlers")]
+    Subscribe(#[source] FactoryError),
+    /// The events driver did not start.
+    #[error("starting the events driver")]
+    StartEvents(#[source] DriverError),
+    /// The reconcile queue's metrics could not be registered.
+    #[error("registering the work queue's metrics")]
+    QueueMetrics(#[source] kubeplug_workqueue::Error),
+    /// The reconcile feeders and workers did not start.
+    #[error("starting the reconcile workers")]
+    StartReconcile(#[source] DriverError),
+}
 
 impl Delivering {
     /// Notifications its buffers merged over their budget.
@@ -85,7 +107,7 @@ impl PluginHost {
         plugin: &Plugin,
         keys: &[InformerKey],
         budget: usize,
-    ) -> Result<Registered, String> {
+    ) -> Result<Registered, StartError> {
         let (buffer, budget) = match plugin.description().delivery {
             Delivery::Reconcile { .. } => (BufferPolicy::CoalesceByKey, None),
             Delivery::Events => (BufferPolicy::Unbounded, Some(budget)),
@@ -102,7 +124,7 @@ impl PluginHost {
             let (registration, receiver) = self
                 .factory
                 .subscribe(key.clone(), options)
-                .map_err(|e| e.to_string())?
+                .map_err(StartError::Subscribe)?
                 .into_parts();
             registered.receivers.push(receiver);
             registered.subscriptions.push(registration);
@@ -115,7 +137,7 @@ impl PluginHost {
         &self,
         plugin: &Arc<Plugin>,
         registered: Registered,
-    ) -> Result<Delivering, String> {
+    ) -> Result<Delivering, StartError> {
         let Registered {
             subscriptions,
             receivers,
@@ -128,17 +150,17 @@ impl PluginHost {
         let (tasks, reconcile) = match plugin.description().delivery {
             Delivery::Events => {
                 let task = kubeplug_runtime::events::drive_events(&control, receivers)
-                    .map_err(|e| e.to_string())?;
+                    .map_err(StartError::StartEvents)?;
                 (vec![task], None)
             }
             Delivery::Reconcile { .. } => {
                 let queue = Queue::builder(plugin.name())
                     .metrics(&self.queue_metrics)
-                    .map_err(|e| e.to_string())?
+                    .map_err(StartError::QueueMetrics)?
                     .build();
                 let reconciler =
                     kubeplug_runtime::reconcile::drive_reconcile(&control, receivers, queue)
-                        .map_err(|e| e.to_string())?;
+                        .map_err(StartError::StartReconcile)?;
                 (
                     reconciler.feeders,
                     Some((reconciler.queue, reconciler.workers)),

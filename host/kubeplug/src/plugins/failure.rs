@@ -3,9 +3,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use kubeplug_informer::factory::FactoryError;
 use kubeplug_informer::reflector::ReflectorError;
 use kubeplug_informer::source::SourceError;
 use kubeplug_runtime::{Gvk, LoadError};
+
+use super::delivery::StartError;
 
 /// Why a plugin file did not become, or replace, a running plugin. Each message names the
 /// file and the stage that failed.
@@ -61,15 +64,20 @@ pub(crate) enum LoadFailure {
     },
     /// A subscription's selector is one the cluster refuses (a field the type does not
     /// select on): the plugin's mistake, so the same file is not tried again.
-    #[error("{path}: subscribe: plugin {plugin}: {cause}", path = path.display())]
+    #[error("{path}: subscribe: plugin {plugin}", path = path.display())]
     Selector {
         path: PathBuf,
         plugin: String,
-        cause: String,
+        #[source]
+        source: FactoryError,
     },
-    /// Registering its handlers or starting its driver failed.
-    #[error("{path}: start: {cause}", path = path.display())]
-    Start { path: PathBuf, cause: String },
+    /// Leasing its informers, registering its handlers or starting its driver failed.
+    #[error("{path}: start", path = path.display())]
+    Start {
+        path: PathBuf,
+        #[source]
+        source: StartError,
+    },
     /// Informers it reads did not sync within its sync deadline; it starts once they do.
     #[error(
         "{path}: sync: plugin {plugin} is loaded, but after {deadline:?} (sync_deadline_s) {} not synced: {}; it starts once {}",
@@ -131,6 +139,11 @@ impl LoadFailure {
             | LoadFailure::NotSynced { path, .. } => path,
             LoadFailure::Load(error) => error.path(),
         }
+    }
+
+    /// The whole failure with its sources, `a: b: c`, as `/plugins` and the log show it.
+    pub(super) fn message(&self) -> String {
+        kubeplug_kube::config::error_chain(self)
     }
 
     /// The failure in the host's words only (the stage; for a sync, each informer's type and

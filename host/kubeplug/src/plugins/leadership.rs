@@ -144,13 +144,14 @@ impl PluginHost {
                     }
                     info!(plugin = plugin.name(), file = %path.display(), "plugin running: this replica leads");
                 }
-                Err(cause) => {
+                Err(source) => {
                     let failure = LoadFailure::Start {
                         path: path.clone(),
-                        cause,
+                        source,
                     };
-                    error!(plugin = plugin.name(), "{failure}");
-                    entry.last_error = Some(failure.to_string());
+                    let message = failure.message();
+                    error!(plugin = plugin.name(), "{message}");
+                    entry.last_error = Some(message);
                 }
             }
         }

@@ -12,6 +12,7 @@ use kubeplug_runtime::{Gvk, PluginSpec};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use super::delivery::StartError;
 use super::status::Totals;
 use super::{
     FactoryCache, FileContent, LoadFailure, PluginHost, PluginSettings, Prepared, Serving, Syncing,
@@ -175,12 +176,12 @@ impl PluginHost {
                     LoadFailure::Selector {
                         path: path.clone(),
                         plugin: description.name.clone(),
-                        cause: e.to_string(),
+                        source: e,
                     }
                 }
                 _ => LoadFailure::Start {
                     path: path.clone(),
-                    cause: e.to_string(),
+                    source: StartError::Lease(e),
                 },
             })?;
         let mut reads: Vec<(Gvk, SharedIndexInformer)> = description
@@ -337,9 +338,9 @@ impl PluginHost {
                 return Ok(());
             }
         }
-        let start = |cause: String| LoadFailure::Start {
+        let start = |source| LoadFailure::Start {
             path: path.clone(),
-            cause,
+            source,
         };
         // New registrations first, so that informers shared with the old version keep
         // running; they buffer while the old version finishes.

@@ -300,7 +300,7 @@ impl PluginHost {
     /// Records a failed load; a version already serving keeps serving.
     fn failed(&self, failure: LoadFailure) {
         let path = failure.path().to_owned();
-        let mut message = failure.to_string();
+        let mut message = failure.message();
         if failure.is_retryable() {
             message.push_str(" (tried again at each rescan of the directory)");
         }
