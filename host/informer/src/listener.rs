@@ -710,4 +710,43 @@ mod tests {
         }
         assert_eq!((rx.depth(), rx.probe().merged()), (100, 0));
     }
+
+    fn resync(name: &str, rv: u64) -> Notification {
+        Notification::Update {
+            old: obj(name, rv),
+            new: obj(name, rv),
+            resync: true,
+        }
+    }
+
+    /// Issue 60: a handler slower than its resync period gets at most one resync per key
+    /// waiting; real changes queue as ever. Before, every period added one per key (28
+    /// waiting per key after 30 s at a 1 s period).
+    #[tokio::test]
+    async fn a_key_waits_with_at_most_one_resync() {
+        for policy in [BufferPolicy::Unbounded, BufferPolicy::CoalesceByKey] {
+            let (listener, mut rx) = listener(policy, None);
+            let probe = rx.probe();
+            for period in 0..30 {
+                listener.push(resync("a", 1));
+                listener.push(resync("b", 2));
+                if period == 10 {
+                    listener.push(update("a", 1, 3));
+                }
+            }
+            let expected = match policy {
+                // a's resync, b's resync, and a's update, which carries a's latest state.
+                BufferPolicy::Unbounded => 3,
+                BufferPolicy::CoalesceByKey => 2,
+            };
+            assert_eq!(probe.depth(), expected, "{policy:?}");
+            assert_eq!(probe.unhandled(), expected, "{policy:?}");
+            // Once taken, the next period's resync waits again.
+            let batch = rx.recv_batch(64).await.unwrap();
+            drop(batch);
+            listener.push(resync("a", 3));
+            listener.push(resync("a", 3));
+            assert_eq!(probe.depth(), 1, "{policy:?}");
+        }
+    }
 }

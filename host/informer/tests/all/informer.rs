@@ -548,14 +548,17 @@ async fn resync_goes_only_to_handlers_whose_period_is_due() {
     read_until(&mut never, &mut never_view, |v: &View| v.log.len() == 2).await;
 
     tokio::time::sleep(Duration::from_secs(21)).await;
-    read_until(&mut fast, &mut fast_view, |v| v.log.len() == 6).await;
+    read_until(&mut fast, &mut fast_view, |v| v.log.len() == 4).await;
     let resyncs = |v: &View| {
         v.log
             .iter()
             .filter(|(_, kind, _, resync)| *kind == "update" && *resync)
             .count()
     };
-    assert_eq!(resyncs(&fast_view), 4, "two resyncs of two objects");
+    // Two periods passed unread: the second found each object's first resync still
+    // waiting, and a key waits with one resync at most (issue 60; client-go stacks them).
+    assert_eq!(resyncs(&fast_view), 2, "one resync of each object waits");
+    assert_eq!(fast.depth(), 0);
     assert_eq!(slow.depth(), 0, "not due yet");
     assert_eq!(never.depth(), 0);
 
