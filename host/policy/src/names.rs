@@ -6,6 +6,10 @@
 //! Type-specific name rules (a Pod's name is a DNS subdomain, a Role's may hold `:`) stay
 //! with the API server, or the local cluster that plays it; here a name only has to be a
 //! safe path segment.
+//!
+//! The one DNS-1123 check of the workspace is here too ([`is_dns_label`],
+//! [`is_dns_subdomain`]): this crate is the lowest that every user may depend on, so the
+//! informer's label selectors and the local HTTP API's object names use these.
 
 use std::fmt::Write as _;
 
@@ -98,15 +102,27 @@ pub fn excerpt(text: &str) -> String {
     out
 }
 
-/// A DNS-1123 label: 1 to 63 lowercase letters, digits and `-`, starting and ending with a
-/// letter or digit.
+/// A DNS-1123 label, as Kubernetes' `IsDNS1123Label`: 1 to 63 lowercase letters, digits and
+/// `-`, starting and ending with a letter or digit (namespaces, plugin names, API versions).
 pub fn is_dns_label(text: &str) -> bool {
-    (1..=63).contains(&text.len())
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !text.starts_with('-')
-        && !text.ends_with('-')
+    text.len() <= 63 && is_label_part(text)
+}
+
+/// A DNS-1123 subdomain, as Kubernetes' `IsDNS1123Subdomain`: 1 to 253 bytes of
+/// dot-separated parts, each of lowercase letters, digits and `-`, starting and ending with
+/// a letter or digit (most objects' names, API groups, a label key's prefix). As
+/// kube-apiserver's, the parts are not held to a label's 63 bytes.
+pub fn is_dns_subdomain(text: &str) -> bool {
+    text.len() <= 253 && text.split('.').all(is_label_part)
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, of any length.
+fn is_label_part(part: &str) -> bool {
+    let bytes = part.as_bytes();
+    let alphanumeric = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    bytes.first().is_some_and(alphanumeric)
+        && bytes.last().is_some_and(alphanumeric)
+        && bytes.iter().all(|b| alphanumeric(b) || *b == b'-')
 }
 
 /// A plugin's name (what its `describe()` returns, its file's stem, its configuration
@@ -154,16 +170,16 @@ pub fn check_name(name: &str) -> Result<(), NameError> {
     Ok(())
 }
 
-/// An API group: empty (the core group) or a DNS-1123 subdomain (dot-separated labels, at
-/// most 253 bytes).
+/// An API group: empty (the core group) or a DNS-1123 subdomain ([`is_dns_subdomain`]).
 pub fn check_group(group: &str) -> Result<(), NameError> {
-    if group.is_empty() || (group.len() <= 253 && group.split('.').all(is_dns_label)) {
+    if group.is_empty() || is_dns_subdomain(group) {
         return Ok(());
     }
     refuse(
         "group",
         group,
-        "is not empty or a DNS subdomain (dot-separated DNS labels, at most 253 bytes)",
+        "is not empty or a DNS subdomain (dot-separated lowercase letters, digits and '-', \
+         each part starting and ending with a letter or digit, at most 253 bytes)",
     )
 }
 
@@ -231,6 +247,26 @@ mod tests {
         ] {
             let error = check_namespace(bad).unwrap_err();
             assert_eq!(error.what, "namespace");
+        }
+    }
+
+    #[test]
+    fn dns_labels_and_subdomains_are_kubernetes_own() {
+        for good in ["a", "a1", "label-audit", &"a".repeat(63)] {
+            assert!(is_dns_label(good), "{good:?}");
+            assert!(is_dns_subdomain(good), "{good:?}");
+        }
+        for bad in ["", "Label", "-a", "a-", "a_b", "a.b", &"a".repeat(64)] {
+            assert!(!is_dns_label(bad), "{bad:?}");
+        }
+        for good in ["cm-1.example", "coordination.k8s.io", &"a".repeat(64)] {
+            assert!(is_dns_subdomain(good), "{good:?}");
+        }
+        let longest = ["a"; 127].join(".");
+        assert!(is_dns_subdomain(&longest), "253 bytes");
+        let too_long = format!("{longest}a");
+        for bad in ["", "Bad_Name", "-a", "a.-b", "a..b", ".a", "a.", &too_long] {
+            assert!(!is_dns_subdomain(bad), "{bad:?}");
         }
     }
 

@@ -5,6 +5,7 @@ use bytes::Bytes;
 use http::{Response, StatusCode};
 use kubeplug_informer::source::Status;
 use kubeplug_memory::status::Endpoint;
+use kubeplug_policy::names::is_dns_subdomain;
 use serde_json::{Value, json};
 
 use super::{Body, Ctx, error, full, status_response, with_kind};
@@ -78,7 +79,7 @@ impl Ctx<'_> {
             Some(name) if !name.is_empty() => name.to_owned(),
             _ => match metadata.get("generateName").and_then(Value::as_str) {
                 Some(prefix) => {
-                    if !patch::is_dns_subdomain(&format!("{prefix}a")) {
+                    if !is_dns_subdomain(&format!("{prefix}a")) {
                         return self.invalid_name(prefix, "metadata.generateName");
                     }
                     let suffix: String = (0..5)
@@ -97,7 +98,7 @@ impl Ctx<'_> {
                 }
             },
         };
-        if !patch::is_dns_subdomain(&name) {
+        if !is_dns_subdomain(&name) {
             return self.invalid_name(&name, "metadata.name");
         }
         metadata["name"] = json!(name);
@@ -301,7 +302,7 @@ impl Ctx<'_> {
             Err(response) => return response,
         };
         let name = self.path.name.clone().unwrap_or_default();
-        if !patch::is_dns_subdomain(&name) {
+        if !is_dns_subdomain(&name) {
             return self.invalid_name(&name, "metadata.name");
         }
         if let Err(message) = self.record_apply(&mut object, applied) {

@@ -5,6 +5,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
+use kubeplug_policy::names::is_dns_subdomain;
+
 use super::{Labels, SelectorError};
 
 /// A label selector: a conjunction of requirements on an object's labels.
@@ -400,7 +402,7 @@ fn check_key(key: &str) -> Result<(), &'static str> {
             if prefix.len() > 253 {
                 return Err("the prefix before '/' is longer than 253 characters");
             }
-            if !prefix.split('.').all(is_dns_label) {
+            if !is_dns_subdomain(prefix) {
                 return Err(
                     "the prefix before '/' must be a DNS subdomain (lower-case alphanumerics, \
                      '-' and '.', each part starting and ending with an alphanumeric)",
@@ -437,13 +439,4 @@ fn check_value(value: &str) -> Result<(), &'static str> {
         return Err("may contain only alphanumerics, '-', '_' and '.'");
     }
     Ok(())
-}
-
-/// One dot-separated part of a DNS-1123 subdomain: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`.
-fn is_dns_label(part: &str) -> bool {
-    let bytes = part.as_bytes();
-    let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    bytes.first().is_some_and(alnum)
-        && bytes.last().is_some_and(alnum)
-        && bytes.iter().all(|b| alnum(b) || *b == b'-')
 }
