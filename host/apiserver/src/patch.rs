@@ -46,14 +46,6 @@ case alphanumeric characters, '-' or '.', and must start and end with an alphanu
 (e.g. 'example.com', regex used for validation is \
 '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 
-/// Now as RFC 3339 in UTC, to the second, as `metadata.creationTimestamp`.
-pub(crate) fn now_rfc3339() -> String {
-    // Truncated, as the API server does; a whole second prints without a fraction.
-    jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
-        .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
-        .to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,12 +80,5 @@ mod tests {
             fields_v1(&applied),
             json!({"f:data": {"f:a": {}}, "f:metadata": {"f:labels": {"f:owner": {}}}})
         );
-    }
-
-    #[test]
-    fn timestamps() {
-        let now = now_rfc3339();
-        assert_eq!(now.len(), 20, "{now}");
-        assert!(now.starts_with("20") && now.ends_with('Z'), "{now}");
     }
 }

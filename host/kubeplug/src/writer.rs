@@ -2,11 +2,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use k8s_openapi::jiff::Timestamp;
 use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::Status;
 use kubeplug_local::LocalCluster;
+use kubeplug_memory::creation_timestamp;
 use kubeplug_memory::status::Endpoint;
 use kubeplug_policy::names::printable;
 use kubeplug_runtime::view::{BoxFuture, PatchType};
@@ -190,9 +190,7 @@ impl ClusterWriter for LocalWriter {
 /// it) unless it carries one: what a real server does on create, and kubectl's AGE reads.
 fn created(mut object: Value) -> Value {
     if object.is_object() && object["metadata"].get("creationTimestamp").is_none() {
-        let now =
-            Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH);
-        object["metadata"]["creationTimestamp"] = Value::String(now.to_string());
+        object["metadata"]["creationTimestamp"] = Value::String(creation_timestamp());
     }
     object
 }
@@ -213,6 +211,7 @@ fn status_error(status: Status) -> WriteError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::jiff::Timestamp;
     use kubeplug_runtime::view::EventSeverity;
 
     /// As on kube-apiserver (the kube writer's tests show it there): the status subresource

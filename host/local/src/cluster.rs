@@ -404,11 +404,8 @@ impl LocalCluster {
             .get(&id.0, &id.1)
             .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
             .and_then(|stored| stored["metadata"].get("creationTimestamp").cloned());
-        metadata["creationTimestamp"] = stored.unwrap_or_else(|| {
-            let now = jiff::Timestamp::now().as_second();
-            let now = jiff::Timestamp::from_second(now).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-            serde_json::Value::from(now.to_string())
-        });
+        metadata["creationTimestamp"] =
+            stored.unwrap_or_else(|| kubeplug_memory::creation_timestamp().into());
         object.to_string()
     }
 

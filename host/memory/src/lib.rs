@@ -29,9 +29,11 @@ mod selectable;
 mod server;
 mod state;
 pub mod status;
+mod timestamp;
 
 #[cfg(feature = "faults")]
 pub use faults::{Fault, Garbage};
 pub use feed::MemoryListerWatcher;
 pub use selectable::SelectableFields;
 pub use server::{Call, MemoryServer, ServerConfig, Written};
+pub use timestamp::creation_timestamp;

@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use kubeplug_informer::source::Status;
+use kubeplug_memory::creation_timestamp;
 use kubeplug_memory::status::Endpoint;
 use kubeplug_policy::names::is_dns_subdomain;
 use serde_json::{Value, json};
@@ -106,7 +107,7 @@ impl Ctx<'_> {
             map.remove("resourceVersion");
             map.remove("uid");
         }
-        metadata["creationTimestamp"] = json!(patch::now_rfc3339());
+        metadata["creationTimestamp"] = json!(creation_timestamp());
         let object = Endpoint::Object.stored(None, object);
         match self.shared.memory.create(self.storage, &object.to_string()) {
             Ok(written) => full(
@@ -282,7 +283,7 @@ impl Ctx<'_> {
             .filter(|m| !m.is_empty())
             .ok_or_else(|| "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch".to_owned())?;
         let entry = json!({"manager": manager, "operation": "Apply", "apiVersion": self.resource.api_version(),
-            "time": patch::now_rfc3339(), "fieldsType": "FieldsV1", "fieldsV1": patch::fields_v1(applied)});
+            "time": creation_timestamp(), "fieldsType": "FieldsV1", "fieldsV1": patch::fields_v1(applied)});
         let fields = &mut object["metadata"]["managedFields"];
         if !fields.is_array() {
             *fields = json!([]);
@@ -308,7 +309,7 @@ impl Ctx<'_> {
         if let Err(message) = self.record_apply(&mut object, applied) {
             return error(422, message);
         }
-        object["metadata"]["creationTimestamp"] = json!(patch::now_rfc3339());
+        object["metadata"]["creationTimestamp"] = json!(creation_timestamp());
         let object = Endpoint::Object.stored(None, object);
         match self.shared.memory.create(self.storage, &object.to_string()) {
             Ok(written) => full(
