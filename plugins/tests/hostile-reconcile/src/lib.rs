@@ -54,7 +54,11 @@ impl Plugin for HostileReconcile {
                 keys.push(ObjectRef::new(config_maps(), None, "no-namespace"));
                 keys.push(ObjectRef::new(gvk("", "v1", "Namespace"), Some("ns"), "x"));
                 keys.push(ObjectRef::new(gvk("", "v1", "Secret"), Some("ns"), "token"));
-                keys.push(ObjectRef::new(gvk("evil.io", "v1", "Thing"), Some("ns"), "x"));
+                keys.push(ObjectRef::new(
+                    gvk("evil.io", "v1", "Thing"),
+                    Some("ns"),
+                    "x",
+                ));
             }
             "many" => keys.extend((0..100_000).map(|i| in_ns(&format!("many-{i}")))),
             _ => {}
