@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kubeplug_informer::indexer::IndexHandle;
@@ -20,7 +20,7 @@ use crate::gvk::Gvk;
 use crate::index::informer_spec;
 use crate::interface::{NameCheck, SERVED_VERSION, check_name};
 use crate::observer::{CallRecord, PluginObserver, ReconcileCall};
-use crate::state::{HostContext, LogBudget, StoreState, write_budget};
+use crate::state::{HostContext, StoreState};
 use crate::status::{PluginMetrics, PluginStats, PluginStatus};
 use crate::view::{CacheView, ClusterWriter, ObjectRef};
 
@@ -363,18 +363,16 @@ impl Runtime {
             handles.push(handle);
         }
         let host = Arc::new(HostContext {
-            plugin: description.name.as_str().into(),
-            policy: Policy::new(&spec.grants, &description),
-            cache: spec.cache,
-            writer: spec.writer,
-            metrics: Arc::new(PluginMetrics::default()),
             stats,
             indexes,
-            max_projections: spec.limits.description.projections,
-            log_budget: Arc::new(Mutex::new(LogBudget::new())),
-            write_budget: write_budget(&spec.limits),
-            writes_fenced: tokio::sync::watch::Sender::new(false),
             observer: self.config.observer.clone().map(PluginObserver::new),
+            ..HostContext::new(
+                description.name.as_str().into(),
+                Policy::new(&spec.grants, &description),
+                spec.cache,
+                spec.writer,
+                &spec.limits,
+            )
         });
         tracing::info!(
             plugin = %description.name, version = %description.version, path = %path.display(),
@@ -444,18 +442,15 @@ impl Runtime {
             .map_or_else(|| "plugin".into(), |s| s.to_string_lossy().into_owned());
         let stats = Arc::new(PluginStats::default());
         let boot = Arc::new(HostContext {
-            plugin: stem.into(),
-            policy: Policy::default(),
-            cache: spec.cache.clone(),
-            writer: spec.writer.clone(),
-            metrics: Arc::new(PluginMetrics::default()),
             stats: stats.clone(),
-            indexes: BTreeMap::new(),
-            max_projections: spec.limits.description.projections,
-            log_budget: Arc::new(Mutex::new(LogBudget::new())),
-            write_budget: write_budget(&spec.limits),
-            writes_fenced: tokio::sync::watch::Sender::new(false),
             observer: self.config.observer.clone().map(PluginObserver::new),
+            ..HostContext::new(
+                stem.into(),
+                Policy::default(),
+                spec.cache.clone(),
+                spec.writer.clone(),
+                &spec.limits,
+            )
         });
         let start_failed = |stage, e: CallError| LoadError::StartFailed {
             path: path.clone(),

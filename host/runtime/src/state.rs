@@ -53,6 +53,34 @@ pub(crate) struct HostContext {
 }
 
 impl HostContext {
+    /// The one way a host context is built: for `plugin` with `policy`, reading `cache` and
+    /// writing to `writer`, with fresh metrics and counters, full log and write budgets
+    /// (`limits.writes`), the projections bound of `limits`, no declared indexes, writes not
+    /// fenced and no observer. Callers that share counters, declare indexes or observe set
+    /// those fields over it (`HostContext { stats, ..HostContext::new(..) }`).
+    pub(crate) fn new(
+        plugin: Arc<str>,
+        policy: Policy,
+        cache: Arc<dyn CacheView>,
+        writer: Arc<dyn ClusterWriter>,
+        limits: &PluginLimits,
+    ) -> Self {
+        Self {
+            plugin,
+            policy,
+            cache,
+            writer,
+            metrics: Arc::default(),
+            stats: Arc::default(),
+            indexes: BTreeMap::new(),
+            max_projections: limits.description.projections,
+            log_budget: Arc::new(Mutex::new(LogBudget::new())),
+            write_budget: write_budget(limits),
+            writes_fenced: tokio::sync::watch::Sender::new(false),
+            observer: None,
+        }
+    }
+
     /// Hands `record` to the observer, if there is one; `during` is asked only then.
     pub(crate) fn observe(
         &self,
@@ -108,7 +136,7 @@ impl LogBudget {
 }
 
 /// A full write budget for a plugin with `limits`.
-pub(crate) fn write_budget(limits: &PluginLimits) -> TokenBucket {
+fn write_budget(limits: &PluginLimits) -> TokenBucket {
     let rate = &limits.writes;
     TokenBucket::new(rate.per_second, rate.burst)
 }

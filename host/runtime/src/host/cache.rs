@@ -321,7 +321,6 @@ impl Host for StoreState {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::sync::Mutex;
 
     use kubeplug_informer::indexer::new_indexer;
     use kubeplug_informer::object::ObjectDecoder;
@@ -333,7 +332,7 @@ mod tests {
     use crate::description::{Delivery, Description, Read};
     use crate::grants::Policy;
     use crate::host::{MAX_ANSWER, MAX_ARG};
-    use crate::state::{HostContext, LogBudget, write_budget};
+    use crate::state::HostContext;
     use crate::view::{IndexerMap, NoCluster};
 
     fn config_maps() -> Gvk {
@@ -369,20 +368,13 @@ mod tests {
             let object = decoder.decode(json.to_string().as_bytes()).unwrap();
             writer.put(Arc::new(object));
         }
-        let host = HostContext {
-            plugin: "probe".into(),
+        let host = HostContext::new(
+            "probe".into(),
             policy,
-            cache: Arc::new(IndexerMap(BTreeMap::from([(config_maps(), indexer)]))),
-            writer: Arc::new(NoCluster),
-            metrics: Arc::default(),
-            stats: Arc::default(),
-            indexes: BTreeMap::new(),
-            max_projections: crate::description::MAX_PROJECTIONS,
-            log_budget: Arc::new(Mutex::new(LogBudget::new())),
-            write_budget: write_budget(&PluginLimits::default()),
-            writes_fenced: tokio::sync::watch::Sender::new(false),
-            observer: None,
-        };
+            Arc::new(IndexerMap(BTreeMap::from([(config_maps(), indexer)]))),
+            Arc::new(NoCluster),
+            &PluginLimits::default(),
+        );
         StoreState::new(Arc::new(host), &PluginLimits::default())
     }
 

@@ -1,8 +1,7 @@
 //! [`HostCalls`]: the host functions called without a guest, for the fuzz checks and tests
 //! (feature `testing`; the binary never builds it).
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::Grants;
 use crate::PluginLimits;
@@ -10,7 +9,7 @@ use crate::bindings::kubeplug::plugin::{cache as cache_wit, cluster as cluster_w
 use crate::bindings::wit;
 use crate::grants::Policy;
 use crate::gvk::Gvk;
-use crate::state::{HostContext, LogBudget, StoreState, write_budget};
+use crate::state::{HostContext, StoreState};
 use crate::view::{CacheView, ClusterWriter, ObjectRef};
 
 /// The `cache` and `cluster` host functions, called as a guest calls them but without one:
@@ -93,20 +92,13 @@ impl HostCalls {
         cache: Arc<dyn CacheView>,
         writer: Arc<dyn ClusterWriter>,
     ) -> Self {
-        let host = HostContext {
-            plugin: plugin.into(),
-            policy: Policy::reading_whole(grants, reads.into_iter().collect()),
+        let host = HostContext::new(
+            plugin.into(),
+            Policy::reading_whole(grants, reads.into_iter().collect()),
             cache,
             writer,
-            metrics: Arc::default(),
-            stats: Arc::default(),
-            indexes: BTreeMap::new(),
-            max_projections: crate::description::MAX_PROJECTIONS,
-            log_budget: Arc::new(Mutex::new(LogBudget::new())),
-            write_budget: write_budget(&PluginLimits::default()),
-            writes_fenced: tokio::sync::watch::Sender::new(false),
-            observer: None,
-        };
+            &PluginLimits::default(),
+        );
         Self {
             state: StoreState::new(Arc::new(host), &PluginLimits::default()),
             runtime: tokio::runtime::Builder::new_current_thread()
