@@ -11,7 +11,7 @@
 //! struct Audit;
 //!
 //! impl Plugin for Audit {
-//!     fn init(_settings: Settings) -> Result<Self, String> {
+//!     fn init(_settings: Settings) -> Result<Self, InitError> {
 //!         Ok(Audit)
 //!     }
 //!     fn describe(&self) -> Description {
@@ -59,7 +59,7 @@ pub use bindings::kubeplug::plugin::types::{
 pub mod prelude {
     pub use crate::{
         CachedObject, Delivery, Description, Error, Event, EventType, FieldValue, Fields, Gvk,
-        IndexDecl, IndexSpec, KeyMapping, MetaFields, ObjectMeta, ObjectRef, Plugin,
+        IndexDecl, IndexSpec, InitError, KeyMapping, MetaFields, ObjectMeta, ObjectRef, Plugin,
         ProjectedObject, Projection, Read, ReconcileResult, Settings, Subscription, WriteRequest,
         WriteVerb, cache, cluster, export_plugin, gvk, log, metrics,
     };
@@ -81,10 +81,64 @@ impl Settings {
     }
 }
 
+/// Why [`Plugin::init`] refused: a message for the operator, which the host shows after the
+/// plugin's file and stage (`label-reader.wasm: init: <message>`) and which crosses the WIT's
+/// `init` as text.
+///
+/// Made from a `String` or `&str` (`Err(format!("..").into())`), and converted by `?` from
+/// what `init` usually calls: [`Settings::parse`]'s error, a host call's [`Error`] (through
+/// [`Error::explain`]) and `serde_json::Error`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitError(String);
+
+impl InitError {
+    /// A refusal with `message`.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+
+    /// The message the host will show.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for InitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InitError {}
+
+impl From<String> for InitError {
+    fn from(message: String) -> Self {
+        Self(message)
+    }
+}
+
+impl From<&str> for InitError {
+    fn from(message: &str) -> Self {
+        Self(message.to_owned())
+    }
+}
+
+impl From<Error> for InitError {
+    fn from(error: Error) -> Self {
+        Self(error.explain())
+    }
+}
+
+impl From<serde_json::Error> for InitError {
+    fn from(error: serde_json::Error) -> Self {
+        Self(error.to_string())
+    }
+}
+
 /// A plugin. Implement `init` and `describe`, then the calls of your delivery mode.
 pub trait Plugin: Sized + 'static {
     /// Builds the plugin's state from its settings; an error refuses the load.
-    fn init(settings: Settings) -> Result<Self, String>;
+    fn init(settings: Settings) -> Result<Self, InitError>;
 
     /// What the plugin watches, how it is driven, what it reads and writes.
     fn describe(&self) -> Description;
@@ -471,7 +525,7 @@ pub mod cache {
         resource_type: &crate::Gvk,
         key: &str,
     ) -> Result<Option<T>, String> {
-        match get(resource_type, key).map_err(|e| format!("{e:?}"))? {
+        match get(resource_type, key).map_err(|e| e.explain())? {
             Some(object) => object.parse().map(Some),
             None => Ok(None),
         }
@@ -597,7 +651,7 @@ pub mod __private {
 
         /// `init`: builds the plugin from its settings.
         pub fn init(&self, settings: String) -> Result<(), String> {
-            let plugin = P::init(Settings(settings))?;
+            let plugin = P::init(Settings(settings)).map_err(|e| e.0)?;
             *self.0.borrow_mut() = Some(plugin);
             Ok(())
         }

@@ -374,13 +374,14 @@ impl ConfigMapReload {
 }
 
 impl Plugin for ConfigMapReload {
-    fn init(settings: Settings) -> Result<Self, String> {
+    fn init(settings: Settings) -> Result<Self, InitError> {
         let config: Config = settings.parse()?;
         if !is_annotation_key(&config.annotation) {
             return Err(format!(
                 "settings: annotation {:?} is not a valid annotation key (prefix/name)",
                 config.annotation
-            ));
+            )
+            .into());
         }
         Ok(Self {
             annotation: config.annotation,

@@ -29,7 +29,7 @@ fn pods() -> Gvk {
 }
 
 impl Plugin for LabelAudit {
-    fn init(settings: Settings) -> Result<Self, String> {
+    fn init(settings: Settings) -> Result<Self, InitError> {
         let config: Config = settings.parse()?;
         if config.required_labels.is_empty() {
             return Err("settings: required_labels is empty; nothing to audit".into());

@@ -200,7 +200,7 @@ impl NamespaceDefaults {
 }
 
 impl Plugin for NamespaceDefaults {
-    fn init(settings: Settings) -> Result<Self, String> {
+    fn init(settings: Settings) -> Result<Self, InitError> {
         let config: Config = settings.parse()?;
         if config.labels.is_empty() && config.quota_hard.is_empty() {
             return Err("settings: labels and quota_hard are both empty; nothing to do".into());
@@ -209,7 +209,8 @@ impl Plugin for NamespaceDefaults {
             return Err(format!(
                 "settings: quota_name {:?} is not a valid object name (lowercase DNS subdomain)",
                 config.quota_name
-            ));
+            )
+            .into());
         }
         Ok(Self {
             labels: config.labels,

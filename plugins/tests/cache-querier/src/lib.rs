@@ -19,7 +19,7 @@ fn keys(list: Result<Vec<CachedObject>, Error>) -> serde_json::Value {
 }
 
 impl Plugin for CacheQuerier {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         Ok(CacheQuerier)
     }
 

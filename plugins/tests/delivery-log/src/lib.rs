@@ -11,7 +11,7 @@ fn config_maps() -> Gvk {
 }
 
 impl Plugin for DeliveryLog {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         Ok(DeliveryLog)
     }
 

@@ -46,7 +46,7 @@ fn by_name(projected: &[Projected]) -> Map<String, Value> {
 }
 
 impl Plugin for FieldReader {
-    fn init(settings: Settings) -> Result<Self, String> {
+    fn init(settings: Settings) -> Result<Self, InitError> {
         #[derive(serde::Deserialize)]
         struct Config {
             projections: Option<Vec<(String, String)>>,

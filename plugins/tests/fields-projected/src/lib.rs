@@ -9,7 +9,7 @@ use kubeplug_sdk::prelude::*;
 struct FieldsProjected;
 
 impl Plugin for FieldsProjected {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         Ok(FieldsProjected)
     }
 

@@ -8,7 +8,7 @@ use kubeplug_sdk::prelude::*;
 struct Alloc;
 
 impl Plugin for Alloc {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         Ok(Alloc)
     }
 

@@ -15,7 +15,7 @@ fn tally<T, E>(results: Vec<Result<T, E>>) -> Result<(), String> {
 }
 
 impl Plugin for Args {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         Ok(Args)
     }
 

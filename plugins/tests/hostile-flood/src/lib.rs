@@ -11,7 +11,7 @@ struct Flood {
 }
 
 impl Plugin for Flood {
-    fn init(settings: Settings) -> Result<Self, String> {
+    fn init(settings: Settings) -> Result<Self, InitError> {
         let settings: Value = settings.parse()?;
         Ok(Flood {
             writes: settings["writes"].as_u64().unwrap_or(1000),

@@ -5,7 +5,7 @@ use kubeplug_sdk::prelude::*;
 struct Loop;
 
 impl Plugin for Loop {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         Ok(Loop)
     }
 

@@ -7,7 +7,7 @@ use kubeplug_sdk::prelude::*;
 struct Output;
 
 impl Plugin for Output {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         Ok(Output)
     }
 

@@ -5,7 +5,7 @@ use kubeplug_sdk::prelude::*;
 struct Panic;
 
 impl Plugin for Panic {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         Ok(Panic)
     }
 

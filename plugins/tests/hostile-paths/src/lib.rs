@@ -23,7 +23,7 @@ fn count(name: &str, n: usize) -> Result<(), String> {
 }
 
 impl Plugin for Paths {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         Ok(Paths)
     }
 

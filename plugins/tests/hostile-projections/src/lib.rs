@@ -7,7 +7,7 @@ use kubeplug_sdk::prelude::*;
 struct Projections;
 
 impl Plugin for Projections {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         Ok(Projections)
     }
 

@@ -21,7 +21,7 @@ fn config_maps() -> Gvk {
 }
 
 impl Plugin for HostileReconcile {
-    fn init(settings: Settings) -> Result<Self, String> {
+    fn init(settings: Settings) -> Result<Self, InitError> {
         let parsed: serde_json::Value = settings.parse()?;
         Ok(Self {
             keys: parsed["keys"].as_str().unwrap_or("").to_owned(),

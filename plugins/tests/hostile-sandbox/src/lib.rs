@@ -7,7 +7,7 @@ use kubeplug_sdk::prelude::*;
 struct Sandbox;
 
 impl Plugin for Sandbox {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         Ok(Sandbox)
     }
 

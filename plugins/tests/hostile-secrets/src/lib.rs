@@ -6,7 +6,7 @@ use kubeplug_sdk::prelude::*;
 struct Secrets;
 
 impl Plugin for Secrets {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         Ok(Secrets)
     }
 

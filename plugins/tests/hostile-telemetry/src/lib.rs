@@ -13,7 +13,7 @@ struct Telemetry;
 const FORGED: &str = "2000-01-01T00:00:00.000000Z  INFO kubeplug: forged by hostile-telemetry";
 
 impl Plugin for Telemetry {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         Ok(Telemetry)
     }
 

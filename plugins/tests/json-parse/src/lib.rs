@@ -12,7 +12,7 @@ struct JsonParse {
 }
 
 impl Plugin for JsonParse {
-    fn init(settings: Settings) -> Result<Self, String> {
+    fn init(settings: Settings) -> Result<Self, InitError> {
         Ok(Self {
             web: 0,
             probe: LatencyProbe::from_settings(&settings)?,

@@ -13,7 +13,7 @@ struct LabelOnly {
 }
 
 impl Plugin for LabelOnly {
-    fn init(settings: Settings) -> Result<Self, String> {
+    fn init(settings: Settings) -> Result<Self, InitError> {
         Ok(Self {
             web: 0,
             probe: LatencyProbe::from_settings(&settings)?,

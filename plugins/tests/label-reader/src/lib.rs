@@ -16,7 +16,7 @@ struct LabelReader {
 }
 
 impl Plugin for LabelReader {
-    fn init(settings: Settings) -> Result<Self, String> {
+    fn init(settings: Settings) -> Result<Self, InitError> {
         let parsed: serde_json::Value = settings.parse()?;
         let field = |name: &str, default: &str| match &parsed[name] {
             serde_json::Value::Null => Ok(default.to_owned()),

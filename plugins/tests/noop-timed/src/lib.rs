@@ -10,7 +10,7 @@ struct NoopTimed {
 }
 
 impl Plugin for NoopTimed {
-    fn init(settings: Settings) -> Result<Self, String> {
+    fn init(settings: Settings) -> Result<Self, InitError> {
         let probe = LatencyProbe::from_settings(&settings)?
             .ok_or("settings: noop-timed needs stamp_label and report_every")?;
         Ok(Self { probe })

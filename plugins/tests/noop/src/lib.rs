@@ -6,7 +6,7 @@ use kubeplug_sdk::prelude::*;
 struct Noop;
 
 impl Plugin for Noop {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         Ok(Noop)
     }
 

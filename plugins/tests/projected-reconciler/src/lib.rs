@@ -85,7 +85,7 @@ impl ProjectedReconciler {
 }
 
 impl Plugin for ProjectedReconciler {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         let projections = FIELDS
             .iter()
             .map(|(name, path)| Projection::new(name, path))

@@ -24,7 +24,7 @@ fn spin(ms: u128) {
 }
 
 impl Plugin for Reconciler {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         Ok(Reconciler)
     }
 

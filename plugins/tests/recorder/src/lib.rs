@@ -24,7 +24,7 @@ fn config_maps() -> Gvk {
 }
 
 impl Plugin for Recorder {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         Ok(Recorder)
     }
 

@@ -134,7 +134,7 @@ impl Probe {
 }
 
 impl Plugin for Probe {
-    fn init(settings: Settings) -> Result<Self, String> {
+    fn init(settings: Settings) -> Result<Self, InitError> {
         let settings: Value = settings.parse()?;
         let text = |key: &str, default: &str| settings[key].as_str().unwrap_or(default).to_owned();
         let secret = text("secret", "");

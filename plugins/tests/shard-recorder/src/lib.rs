@@ -19,7 +19,7 @@ struct ShardRecorder {
 }
 
 impl Plugin for ShardRecorder {
-    fn init(settings: Settings) -> Result<Self, String> {
+    fn init(settings: Settings) -> Result<Self, InitError> {
         let settings: BTreeMap<String, u64> = settings.parse()?;
         Ok(ShardRecorder {
             spin: settings.get("spin").copied().unwrap_or(0),

@@ -15,7 +15,7 @@ fn config_maps() -> Gvk {
 }
 
 impl Plugin for Handler {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         Ok(Handler)
     }
 

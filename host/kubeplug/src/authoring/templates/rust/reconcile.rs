@@ -18,7 +18,7 @@ fn config_maps() -> Gvk {
 const RESYNC_MS: u64 = 60_000;
 
 impl Plugin for Reconciler {
-    fn init(_settings: Settings) -> Result<Self, String> {
+    fn init(_settings: Settings) -> Result<Self, InitError> {
         Ok(Reconciler)
     }
 
