@@ -660,18 +660,18 @@ impl PluginInstance {
                 Ok(UpdateDeadline::Yield(1))
             }
         });
-        let mut this_deadline = Instant::now() + limits.call_deadline;
-        store.data_mut().deadline = this_deadline;
-        store.set_epoch_deadline(1);
+        // Instantiating runs the guest's start code: a call like the others.
+        let deadline = limits.call_deadline;
+        arm(&mut store, deadline);
         let bindings = pre.instantiate_async(&mut store).await;
-        let bindings = classify(&plugin, "instantiate", limits.call_deadline, None, bindings)?;
-        this_deadline = Instant::now();
-        store.data_mut().deadline = this_deadline;
+        let bindings = finish(&store, &plugin, "instantiate", deadline, bindings)?;
+        // Until its first call, the guest's time is up.
+        store.data_mut().deadline = Instant::now();
         Ok(Self {
             store,
             bindings,
             plugin,
-            deadline: limits.call_deadline,
+            deadline,
             _live: LiveToken::instance(&runtime.live),
         })
     }
@@ -682,19 +682,14 @@ impl PluginInstance {
         self.store.data().limits.linear_memory
     }
 
-    /// Starts a call's clock, and its write waits and memory refusals from nothing.
+    /// Starts a call's clock ([`arm`]).
     fn arm(&mut self) {
-        let state = self.store.data_mut();
-        state.deadline = Instant::now() + self.deadline;
-        state.write_wait = Duration::ZERO;
-        state.limits.refused_memory = false;
-        self.store.set_epoch_deadline(1);
+        arm(&mut self.store, self.deadline);
     }
 
+    /// How the call ended ([`finish`]).
     fn finish<T>(&self, call: &'static str, result: wasmtime::Result<T>) -> Result<T, CallError> {
-        let limits = &self.store.data().limits;
-        let memory_cap = limits.refused_memory.then_some(limits.max_memory);
-        classify(&self.plugin, call, self.deadline, memory_cap, result)
+        finish(&self.store, &self.plugin, call, self.deadline, result)
     }
 
     pub(crate) async fn init(&mut self, settings: &str) -> Result<Result<(), String>, CallError> {
@@ -798,6 +793,30 @@ impl PluginInstance {
 
 /// A wasmtime error from a call, as a [`CallError`]; `memory_cap` is the cap when the call
 /// had a memory growth refused, which a trap that follows is blamed on.
+/// Starts the clock of a call into `store`'s guest (its instantiation included): `deadline`
+/// from now, its write waits and memory refusals from nothing.
+fn arm(store: &mut Store<StoreState>, deadline: Duration) {
+    let state = store.data_mut();
+    state.deadline = Instant::now() + deadline;
+    state.write_wait = Duration::ZERO;
+    state.limits.refused_memory = false;
+    store.set_epoch_deadline(1);
+}
+
+/// The result of `call` into `plugin`'s guest, armed with `deadline`: its error classified,
+/// a memory refusal during the call counted as the cap.
+fn finish<T>(
+    store: &Store<StoreState>,
+    plugin: &str,
+    call: &'static str,
+    deadline: Duration,
+    result: wasmtime::Result<T>,
+) -> Result<T, CallError> {
+    let limits = &store.data().limits;
+    let memory_cap = limits.refused_memory.then_some(limits.max_memory);
+    classify(plugin, call, deadline, memory_cap, result)
+}
+
 fn classify<T>(
     plugin: &str,
     call: &'static str,
