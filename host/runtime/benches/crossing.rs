@@ -244,11 +244,11 @@ fn compile_times() -> Result<Vec<Figure>> {
     for name in ["noop", "label-only", "cache-querier"] {
         let bytes = guest(name)?;
         let started = Instant::now();
-        let (_, source) = runtime.compile(&bytes).map_err(anyhow::Error::msg)?;
+        let (_, source) = runtime.compile(&bytes)?;
         let cold = started.elapsed();
         assert_eq!(source, CompileSource::Compiled);
         let started = Instant::now();
-        let (_, source) = runtime.compile(&bytes).map_err(anyhow::Error::msg)?;
+        let (_, source) = runtime.compile(&bytes)?;
         let cached = started.elapsed();
         assert_eq!(source, CompileSource::Cached);
         let name = name.replace('-', "_");

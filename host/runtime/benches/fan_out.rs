@@ -133,7 +133,7 @@ fn main() -> Result<()> {
     let figures = rt.block_on(async {
         let runtime = Runtime::new(RuntimeConfig::default())?;
         // Compiled once here, so that no step's RSS holds the compiler's transient memory.
-        runtime.compile(&noop).map_err(anyhow::Error::msg)?;
+        runtime.compile(&noop)?;
         let (source, phases) = Replay::new(pods.clone());
         let source = Arc::new(source);
         let informer = SharedIndexInformer::new(

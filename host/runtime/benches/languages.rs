@@ -258,14 +258,14 @@ fn compile_times(sizes: Sizes, samples: &mut [Samples]) -> Result<ArtefactDir> {
             let bytes = component(name)?;
             samples.size_bytes = bytes.len() as f64;
             let started = Instant::now();
-            let (_, source) = runtime.compile(&bytes).map_err(anyhow::Error::msg)?;
+            let (_, source) = runtime.compile(&bytes)?;
             let cold = started.elapsed();
             // The smoke run's cache may already hold it: its figure is then no cold compile.
             if !sizes.smoke && source != CompileSource::Compiled {
                 bail!("{name}: the cold compile found an artefact in a fresh directory");
             }
             let started = Instant::now();
-            let (_, source) = runtime.compile(&bytes).map_err(anyhow::Error::msg)?;
+            let (_, source) = runtime.compile(&bytes)?;
             let cached = started.elapsed();
             ensure!(
                 source == CompileSource::Cached,

@@ -79,13 +79,19 @@ impl Default for RuntimeConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     /// wasmtime refused the configuration.
-    #[error("configuring the wasmtime engine: {0}")]
-    ConfigFailed(String),
+    #[error("configuring the wasmtime engine")]
+    ConfigFailed(#[source] wasmtime::Error),
     /// Linking WASI or the kubeplug interfaces failed (a host bug).
-    #[error("linking host interfaces: {0}")]
-    LinkFailed(String),
+    #[error("linking the host's {interfaces} interfaces")]
+    LinkFailed {
+        /// `wasi` or `kubeplug:plugin`.
+        interfaces: &'static str,
+        /// wasmtime's error.
+        #[source]
+        source: wasmtime::Error,
+    },
     /// The artefact cache directory could not be created.
-    #[error("creating the artefact cache {path}: {source}")]
+    #[error("creating the artefact cache {}", path.display())]
     CacheDirFailed {
         /// The directory.
         path: PathBuf,
@@ -93,6 +99,19 @@ pub enum EngineError {
         #[source]
         source: std::io::Error,
     },
+    /// The epoch ticker thread could not be started.
+    #[error("starting the epoch ticker thread")]
+    TickerFailed(#[source] std::io::Error),
+    /// The bytes are not a component this engine loads (empty, not WebAssembly, a core
+    /// module, another binary version), found before wasmtime parses them.
+    #[error("{reason}")]
+    NotAComponent {
+        /// What the file is instead, and what to do about it.
+        reason: String,
+    },
+    /// wasmtime could not compile the component.
+    #[error("compiling the component")]
+    CompileFailed(#[source] wasmtime::Error),
 }
 
 /// Stops the ticker thread when the last engine handle goes.
@@ -212,15 +231,22 @@ impl Runtime {
                 .max_memory_size(config.max_memory);
             wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
-        let engine = Engine::new(&wasm).map_err(|e| EngineError::ConfigFailed(format!("{e:#}")))?;
+        let engine = Engine::new(&wasm).map_err(EngineError::ConfigFailed)?;
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
-            .map_err(|e| EngineError::LinkFailed(format!("wasi: {e:#}")))?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|source| {
+            EngineError::LinkFailed {
+                interfaces: "wasi",
+                source,
+            }
+        })?;
         crate::bindings::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<StoreState>>(
             &mut linker,
             |state| state,
         )
-        .map_err(|e| EngineError::LinkFailed(format!("kubeplug:plugin: {e:#}")))?;
+        .map_err(|source| EngineError::LinkFailed {
+            interfaces: "kubeplug:plugin",
+            source,
+        })?;
         let artefacts = match &config.artifact_cache {
             Some(dir) => private_cache_dir(dir)
                 .map_err(|source| EngineError::CacheDirFailed {
@@ -247,7 +273,7 @@ impl Runtime {
                     }
                 }
             })
-            .map_err(|e| EngineError::ConfigFailed(format!("starting the epoch ticker: {e}")))?;
+            .map_err(EngineError::TickerFailed)?;
         Ok(Self {
             engine,
             linker: Arc::new(linker),
@@ -274,12 +300,12 @@ impl Runtime {
 
     /// Compiles `bytes`, or loads the artefact cached for exactly these bytes and this
     /// engine. Blocking and CPU-heavy: call it off the async threads.
-    pub fn compile(&self, bytes: &[u8]) -> Result<(Component, CompileSource), String> {
+    pub fn compile(&self, bytes: &[u8]) -> Result<(Component, CompileSource), EngineError> {
         check_component_header(bytes)?;
         let Some(dir) = &self.artefacts else {
             return Component::new(&self.engine, bytes)
                 .map(|c| (c, CompileSource::Compiled))
-                .map_err(|e| format!("{e:#}"));
+                .map_err(EngineError::CompileFailed);
         };
         let digest = Sha256::digest(bytes);
         let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
@@ -298,7 +324,7 @@ impl Runtime {
                 ),
             }
         }
-        let component = Component::new(&self.engine, bytes).map_err(|e| format!("{e:#}"))?;
+        let component = Component::new(&self.engine, bytes).map_err(EngineError::CompileFailed)?;
         match component.serialize() {
             Ok(artefact) => {
                 if let Err(e) = write_atomically(&file, &artefact) {
@@ -312,28 +338,29 @@ impl Runtime {
 }
 
 /// Tells apart the common wrong files before wasmtime's parser does, with advice.
-fn check_component_header(bytes: &[u8]) -> Result<(), String> {
+fn check_component_header(bytes: &[u8]) -> Result<(), EngineError> {
     const MAGIC: &[u8] = b"\0asm";
     const COMPONENT: [u8; 4] = [0x0d, 0x00, 0x01, 0x00];
     const CORE_MODULE: [u8; 4] = [0x01, 0x00, 0x00, 0x00];
+    let not = |reason: String| Err(EngineError::NotAComponent { reason });
     if bytes.is_empty() {
-        return Err("the file is empty".to_owned());
+        return not("the file is empty".to_owned());
     }
     if !bytes.starts_with(MAGIC) {
-        return Err("not a WebAssembly binary (it does not start with \\0asm)".to_owned());
+        return not("not a WebAssembly binary (it does not start with \\0asm)".to_owned());
     }
     match bytes.get(4..8) {
-        None => Err(format!(
+        None => not(format!(
             "truncated: {} bytes, shorter than a WebAssembly header",
             bytes.len()
         )),
         Some(version) if version == COMPONENT => Ok(()),
-        Some(version) if version == CORE_MODULE => Err(
+        Some(version) if version == CORE_MODULE => not(
             "a core WebAssembly module, not a component: build it for wasm32-wasip2, or wrap it \
              with `wasm-tools component new` and the WASI preview-1 adapter"
                 .to_owned(),
         ),
-        Some(version) => Err(format!(
+        Some(version) => not(format!(
             "unknown WebAssembly version/layer {version:02x?}; kubeplug loads components \
              (version 0x0d, layer 1)"
         )),
@@ -401,12 +428,12 @@ mod tests {
 
     #[test]
     fn wrong_files_are_named_before_parsing() {
-        let reason = |bytes: &[u8]| check_component_header(bytes).unwrap_err();
+        let reason = |bytes: &[u8]| check_component_header(bytes).unwrap_err().to_string();
         assert_eq!(reason(b""), "the file is empty");
         assert!(reason(b"hello, world").contains("not a WebAssembly binary"));
         assert!(reason(b"\0asm\x0d").starts_with("truncated: 5 bytes"));
         assert!(reason(b"\0asm\x01\0\0\0").contains("core WebAssembly module, not a component"));
         assert!(reason(b"\0asm\x0e\0\x01\0").contains("unknown WebAssembly version/layer"));
-        assert_eq!(check_component_header(b"\0asm\x0d\0\x01\0"), Ok(()));
+        assert!(check_component_header(b"\0asm\x0d\0\x01\0").is_ok());
     }
 }

@@ -14,7 +14,7 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 use crate::Grants;
 use crate::bindings::{self, guest, wit};
 use crate::description::{Description, DescriptionBounds, DescriptionError};
-use crate::engine::{CompileSource, LiveToken, Runtime};
+use crate::engine::{CompileSource, EngineError, LiveToken, Runtime};
 use crate::grants::{self, Policy};
 use crate::gvk::Gvk;
 use crate::index::informer_spec;
@@ -132,12 +132,22 @@ pub struct PluginSpec {
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// Not a valid component for this engine.
-    #[error("{path}: compile: {cause}")]
+    #[error("{path}: compile")]
     CompileFailed {
         /// The file.
         path: PathBuf,
-        /// wasmtime's reason.
-        cause: String,
+        /// The engine's reason: not a component, or wasmtime's error.
+        #[source]
+        source: EngineError,
+    },
+    /// The task compiling it panicked (a wasmtime bug).
+    #[error("{path}: compile: the compiling task panicked")]
+    CompilePanicked {
+        /// The file.
+        path: PathBuf,
+        /// The task's end.
+        #[source]
+        source: tokio::task::JoinError,
     },
     /// It imports something outside `wasi:*@0.2` and `kubeplug:plugin`.
     #[error(
@@ -165,22 +175,34 @@ pub enum LoadError {
         served: &'static str,
     },
     /// Its imports or exports do not match the `plugin` world.
-    #[error("{path}: link against the kubeplug:plugin world: {cause}")]
+    #[error("{path}: link against the kubeplug:plugin world")]
     LinkFailed {
         /// The file.
         path: PathBuf,
         /// wasmtime's reason.
-        cause: String,
+        #[source]
+        source: wasmtime::Error,
     },
-    /// `init` or `describe` trapped, timed out or refused.
-    #[error("{path}: {stage}: {cause}")]
+    /// Instantiating it, or its `init` or `describe`, trapped or timed out.
+    #[error("{path}: {stage}")]
     StartFailed {
         /// The file.
         path: PathBuf,
         /// `instantiate`, `init` or `describe`.
         stage: &'static str,
-        /// Why.
-        cause: String,
+        /// The failed call.
+        #[source]
+        source: CallError,
+    },
+    /// `init` refused its settings.
+    #[error("{path}: init: {message}")]
+    InitRefused {
+        /// The file.
+        path: PathBuf,
+        /// The plugin's own message, cut ([`excerpt`]): text for the operator that crossed
+        /// the WIT as a string, not an error value of the host's, so it is data, not a
+        /// source.
+        message: String,
     },
     /// `describe` returned something invalid.
     #[error("{path}: describe: {source}")]
@@ -225,10 +247,12 @@ impl LoadError {
     pub fn path(&self) -> &std::path::Path {
         match self {
             LoadError::CompileFailed { path, .. }
+            | LoadError::CompilePanicked { path, .. }
             | LoadError::ForbiddenImport { path, .. }
             | LoadError::InterfaceVersion { path, .. }
             | LoadError::LinkFailed { path, .. }
             | LoadError::StartFailed { path, .. }
+            | LoadError::InitRefused { path, .. }
             | LoadError::InvalidDescription { path, .. }
             | LoadError::ReadsNotGranted { path, .. }
             | LoadError::IndexUnavailable { path, .. } => path,
@@ -418,13 +442,13 @@ impl Runtime {
         let (component, compile_source) =
             tokio::task::spawn_blocking(move || runtime.compile(&bytes))
                 .await
-                .map_err(|e| LoadError::CompileFailed {
+                .map_err(|source| LoadError::CompilePanicked {
                     path: path.clone(),
-                    cause: e.to_string(),
+                    source,
                 })?
-                .map_err(|cause| LoadError::CompileFailed {
+                .map_err(|source| LoadError::CompileFailed {
                     path: path.clone(),
-                    cause,
+                    source,
                 })?;
         let compile_time = started.elapsed();
         self.check_names(&path, &component)?;
@@ -432,9 +456,9 @@ impl Runtime {
             .linker
             .instantiate_pre(&component)
             .and_then(bindings::PluginPre::new)
-            .map_err(|e| LoadError::LinkFailed {
+            .map_err(|source| LoadError::LinkFailed {
                 path: path.clone(),
-                cause: format!("{e:#}"),
+                source,
             })?;
 
         let stem = path
@@ -452,10 +476,10 @@ impl Runtime {
                 &spec.limits,
             )
         });
-        let start_failed = |stage, e: CallError| LoadError::StartFailed {
+        let start_failed = |stage, source| LoadError::StartFailed {
             path: path.clone(),
             stage,
-            cause: e.to_string(),
+            source,
         };
         let mut instance = PluginInstance::new(self, &pre, boot, &spec.limits)
             .await
@@ -463,10 +487,9 @@ impl Runtime {
         match instance.init(&spec.settings).await {
             Ok(Ok(())) => {}
             Ok(Err(refused)) => {
-                return Err(LoadError::StartFailed {
+                return Err(LoadError::InitRefused {
                     path,
-                    stage: "init",
-                    cause: excerpt(&refused),
+                    message: excerpt(&refused),
                 });
             }
             Err(e) => return Err(start_failed("init", e)),

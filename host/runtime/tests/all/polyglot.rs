@@ -351,7 +351,7 @@ async fn every_label_audit_refuses_the_same_settings() -> Result<()> {
             .err()
             .with_context(|| format!("{name} accepted the settings {settings}"))?;
             assert!(
-                matches!(error, LoadError::StartFailed { stage: "init", .. }),
+                matches!(error, LoadError::InitRefused { .. }),
                 "{name}, {settings}: {error:?}"
             );
             assert!(

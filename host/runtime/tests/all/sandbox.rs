@@ -348,10 +348,7 @@ fn compiled_code_is_read_only_from_the_host_private_cache() -> Result<()> {
         std::fs::metadata(&cache)?.permissions().mode() & 0o777,
         0o700
     );
-    assert_eq!(
-        runtime.compile(&bytes).map_err(anyhow::Error::msg)?.1,
-        CompileSource::Compiled
-    );
+    assert_eq!(runtime.compile(&bytes)?.1, CompileSource::Compiled);
     let artefact = std::fs::read_dir(&cache)?
         .next()
         .context("an artefact in the cache")??
@@ -366,8 +363,7 @@ fn compiled_code_is_read_only_from_the_host_private_cache() -> Result<()> {
     let elsewhere = Runtime::new(config("other-cache"))?;
     assert_eq!(
         elsewhere
-            .compile(&std::fs::read(plugins.join("noop.wasm"))?)
-            .map_err(anyhow::Error::msg)?
+            .compile(&std::fs::read(plugins.join("noop.wasm"))?)?
             .1,
         CompileSource::Compiled
     );
@@ -376,7 +372,10 @@ fn compiled_code_is_read_only_from_the_host_private_cache() -> Result<()> {
     let error = runtime
         .compile(&std::fs::read(&artefact)?)
         .expect_err("a compiled artefact is not a plugin");
-    assert!(error.contains("not a WebAssembly binary"), "{error}");
+    assert!(
+        error.to_string().contains("not a WebAssembly binary"),
+        "{error}"
+    );
     Ok(())
 }
 
