@@ -16,7 +16,7 @@ use crate::convert;
 use crate::description::Delivery;
 use crate::driver::{DriverControl, DriverError, Follower, KeyShare, Version, check_receivers};
 use crate::observer::CallRecord;
-use crate::plugin::Plugin;
+use crate::plugin::{CallError, Plugin};
 use crate::status::{PluginStats, RunState, bounded};
 
 /// Starts delivering to an events-mode plugin that is never swapped: `receivers[i]` is the
@@ -94,10 +94,27 @@ async fn next_batch(
     }
 }
 
+/// Why one attempt at a batch failed.
+#[derive(Debug, thiserror::Error)]
+enum AttemptFailed {
+    /// No instance could be made, or the call trapped or ran past its deadline.
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// `handle-events` returned an error.
+    #[error("plugin {plugin}: handle-events returned an error: {message}")]
+    Returned {
+        /// The plugin.
+        plugin: String,
+        /// The plugin's own message, cut ([`excerpt`]): text that crossed the WIT as a
+        /// string, data for the operator rather than a cause.
+        message: String,
+    },
+}
+
 /// One attempt: a call on a warm instance (made first if needed).
-async fn attempt(version: &Version, events: &[wit::Event]) -> Result<(), String> {
+async fn attempt(version: &Version, events: &[wit::Event]) -> Result<(), AttemptFailed> {
     let plugin = &version.plugin;
-    let mut instance = version.take_instance().await.map_err(|e| e.to_string())?;
+    let mut instance = version.take_instance().await?;
     match instance.handle_events(events).await {
         Ok(Ok(())) => {
             version.put_instance(instance);
@@ -105,14 +122,13 @@ async fn attempt(version: &Version, events: &[wit::Event]) -> Result<(), String>
         }
         Ok(Err(message)) => {
             version.put_instance(instance);
-            Err(format!(
-                "plugin {}: handle-events returned an error: {}",
-                plugin.name(),
-                excerpt(&message)
-            ))
+            Err(AttemptFailed::Returned {
+                plugin: plugin.name().to_owned(),
+                message: excerpt(&message),
+            })
         }
         // The instance is dropped: a trapped one is never called again.
-        Err(fault) => Err(bounded(&fault.to_string())),
+        Err(fault) => Err(fault.into()),
     }
 }
 
@@ -297,6 +313,7 @@ async fn deliver_part(
                 return Part::Delivered;
             }
             Err(error) => {
+                let error = bounded(&error.to_string());
                 tracing::warn!(plugin = plugin.name(), round, events = events.len(), %error, "batch failed");
                 plugin.observe(None, || CallRecord::Failed {
                     error: error.clone(),

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use kubeplug_policy::names::{check_name, check_namespace, quoted};
+use kubeplug_policy::names::{NameError, check_name, check_namespace, quoted};
 use tokio::time::Instant;
 
 use crate::description::{Description, KeyMapping};
@@ -22,6 +22,37 @@ const MAX_NAME: usize = 253;
 /// How often, at most, a feeder logs the keys it dropped (with how many since its last).
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// Why a key that `map-event` named is dropped. Host-written: plugin text in it is quoted.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum KeyRefused {
+    /// Its type is none of those the plugin enqueues keys of.
+    #[error(
+        "its type {} is none the plugin subscribes to or maps owners to",
+        quoted(&.0.to_string())
+    )]
+    TypeNotEnqueued(Gvk),
+    /// Its name is longer than a Kubernetes name may be.
+    #[error("its name is {0} bytes; at most {MAX_NAME}")]
+    NameTooLong(usize),
+    /// Its name is not one safe path segment.
+    #[error(transparent)]
+    InvalidName(NameError),
+    /// Its namespace is not a DNS label.
+    #[error(transparent)]
+    InvalidNamespace(NameError),
+    /// Its type is namespaced and it names no namespace.
+    #[error("{0} is namespaced; it has none")]
+    NamespaceMissing(Gvk),
+    /// Its type is cluster-scoped and it names a namespace.
+    #[error("{resource} is cluster-scoped; it names namespace {}", quoted(.namespace))]
+    NamespaceNotAllowed {
+        /// The type.
+        resource: Gvk,
+        /// The namespace it named.
+        namespace: String,
+    },
+}
+
 /// `key` as the plugin may reconcile it, or why not. A key's type must be one the plugin
 /// enqueues keys of (a subscription's, or an owner type it maps to; group and kind compared,
 /// the declared version kept), its name one safe path segment of at most 253 bytes, and its
@@ -31,39 +62,31 @@ pub(crate) fn check_key(
     description: &Description,
     namespaced: impl Fn(&Gvk) -> Option<bool>,
     key: ObjectRef,
-) -> Result<ObjectRef, String> {
+) -> Result<ObjectRef, KeyRefused> {
     let Some(resource) = enqueued_types(description)
         .find(|t| t.group == key.resource.group && t.kind == key.resource.kind)
     else {
-        return Err(format!(
-            "its type {} is none the plugin subscribes to or maps owners to",
-            quoted(&key.resource.to_string())
-        ));
+        return Err(KeyRefused::TypeNotEnqueued(key.resource));
     };
     if key.name.len() > MAX_NAME {
-        return Err(format!(
-            "its name is {} bytes; at most {MAX_NAME}",
-            key.name.len()
-        ));
+        return Err(KeyRefused::NameTooLong(key.name.len()));
     }
-    check_name(&key.name).map_err(|e| e.to_string())?;
+    check_name(&key.name).map_err(KeyRefused::InvalidName)?;
     if let Some(namespace) = &key.namespace {
-        check_namespace(namespace).map_err(|e| e.to_string())?;
+        check_namespace(namespace).map_err(KeyRefused::InvalidNamespace)?;
     }
-    match (namespaced(resource), &key.namespace) {
-        (Some(true), None) => return Err(format!("{resource} is namespaced; it has none")),
-        (Some(false), Some(ns)) => {
-            return Err(format!(
-                "{resource} is cluster-scoped; it names namespace {}",
-                quoted(ns)
-            ));
-        }
-        _ => {}
+    match (namespaced(resource), key.namespace) {
+        (Some(true), None) => Err(KeyRefused::NamespaceMissing(resource.clone())),
+        (Some(false), Some(namespace)) => Err(KeyRefused::NamespaceNotAllowed {
+            resource: resource.clone(),
+            namespace,
+        }),
+        (_, namespace) => Ok(ObjectRef {
+            resource: resource.clone(),
+            namespace,
+            name: key.name,
+        }),
     }
-    Ok(ObjectRef {
-        resource: resource.clone(),
-        ..key
-    })
 }
 
 fn enqueued_types(description: &Description) -> impl Iterator<Item = &Gvk> {

@@ -269,7 +269,7 @@ async fn feed(
                                     Ok(key) => add(key),
                                     Err(reason) => {
                                         refused += 1;
-                                        why = reason;
+                                        why = reason.to_string();
                                     }
                                 }
                             }
