@@ -48,7 +48,9 @@ pub struct ReflectorConfig {
     /// Page size of the initial list.
     pub page_size: Option<u32>,
     /// Server-side watch timeouts are drawn from this range, so that watches of many
-    /// informers do not all restart at once.
+    /// informers do not all restart at once: each watch names its draw
+    /// ([`WatchRequest::timeout`]), which a source asks its server for (the kube source as
+    /// `timeoutSeconds`; it draws none of its own). client-go's: 5 to 10 min.
     pub watch_timeout: Range<Duration>,
     /// First back-off delay after an error.
     pub backoff_initial: Duration,

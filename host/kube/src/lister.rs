@@ -5,7 +5,6 @@
 //! `Retry-After` survives.
 
 use std::fmt;
-use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -35,10 +34,6 @@ pub struct KubeSourceOptions {
     /// server that refuses them (422, as before v1.27) makes the Reflector fall back to
     /// list-then-watch. `false` forces list-then-watch. Default `true`.
     pub streaming_list: bool,
-    /// `timeoutSeconds` of each watch is drawn at random from this range (seconds), or the
-    /// Reflector's requested timeout when that is shorter. Default `[150, 290)`: kube's
-    /// `WatchParams` refuses 295 s and more.
-    pub watch_timeout_secs: Range<u64>,
     /// A list page that takes longer than this fails (a stalled server); default 60 s.
     pub list_timeout: Duration,
     /// A watch with no bytes for this long past its `timeoutSeconds` is ended; default 30 s.
@@ -61,11 +56,16 @@ pub const MAX_LIST_BYTES: usize = 1 << 30;
 /// memory, and the message quotes only its start anyway.
 pub const MAX_STATUS_BYTES: usize = 64 << 10;
 
+/// The `timeoutSeconds` of a watch whose [`WatchRequest`] names no timeout: 5 min,
+/// client-go's shortest watch timeout. The lister draws none: the Reflector draws each
+/// watch's timeout from `ReflectorConfig::watch_timeout` and names it, and the lister asks
+/// the server for exactly that (in whole seconds, at least one).
+pub const UNASKED_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
+
 impl Default for KubeSourceOptions {
     fn default() -> Self {
         Self {
             streaming_list: true,
-            watch_timeout_secs: 150..290,
             list_timeout: Duration::from_secs(60),
             watch_idle_grace: Duration::from_secs(30),
             max_line_bytes: wire::MAX_LINE_BYTES,
@@ -291,21 +291,8 @@ impl KubeListerWatcher {
         Ok(page)
     }
 
-    fn timeout_seconds(&self, requested: Option<Duration>) -> u64 {
-        let range = &self.options.watch_timeout_secs;
-        let drawn = if range.is_empty() {
-            range.start
-        } else {
-            rand::random_range(range.clone())
-        };
-        match requested {
-            Some(requested) => drawn.min(requested.as_secs().max(1)),
-            None => drawn,
-        }
-    }
-
     async fn open_watch(&self, request: WatchRequest) -> Result<WatchStream, SourceError> {
-        let timeout = self.timeout_seconds(request.timeout);
+        let timeout = timeout_seconds(request.timeout);
         let http_request = {
             let mut query = self.query();
             query.append_pair("watch", "1");
@@ -392,6 +379,12 @@ enum WatchState {
 }
 
 /// The events of a watch body: lines split across chunks are joined, each decoded as it comes.
+/// The `timeoutSeconds` a watch asks for: what the request names, or
+/// [`UNASKED_WATCH_TIMEOUT`].
+fn timeout_seconds(requested: Option<Duration>) -> u64 {
+    requested.unwrap_or(UNASKED_WATCH_TIMEOUT).as_secs().max(1)
+}
+
 fn watch_events(body: Body, what: String, idle: Duration, max_line: usize) -> WatchStream {
     let start = WatchState::Reading {
         body,
@@ -512,6 +505,15 @@ impl ListerWatcher for KubeListerWatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_watch_asks_for_the_timeout_its_request_names() {
+        let asked = |secs| timeout_seconds(Some(Duration::from_secs_f64(secs)));
+        assert_eq!(asked(450.0), 450, "the Reflector's draw, not the lister's");
+        assert_eq!(asked(4.7), 4);
+        assert_eq!(asked(0.2), 1, "at least a second: 0 would mean none");
+        assert_eq!(timeout_seconds(None), 300);
+    }
 
     #[tokio::test]
     async fn bodies_are_read_up_to_the_bound_and_no_further() {

@@ -230,3 +230,45 @@ async fn a_type_without_the_metadata_form_falls_back_to_whole_objects() {
     }
     informer.stop().await;
 }
+
+/// The Reflector draws each watch's timeout from `ReflectorConfig::watch_timeout`; the
+/// lister asks the server for that draw, not one of its own (before, it took the shorter
+/// of the two, and drew 150 to 290 s: a longer timeout never reached the server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_asks_the_server_for_the_reflectors_timeout() {
+    use std::time::Duration;
+
+    use kubeplug_informer::informer::SharedIndexInformer;
+    use kubeplug_informer::object::ObjectDecoder;
+    use kubeplug_informer::reflector::ReflectorConfig;
+
+    let f = start(FakeOptions::default()).await;
+    let lw = f.lister(configmaps(), None, KubeSourceOptions::default());
+    let config = ReflectorConfig {
+        watch_timeout: Duration::from_secs(437)..Duration::from_secs(438),
+        ..ReflectorConfig::default()
+    };
+    let informer = SharedIndexInformer::new(
+        std::sync::Arc::new(lw),
+        ObjectDecoder::new(configmaps()),
+        config,
+    );
+    informer.start();
+    tokio::time::timeout(Duration::from_secs(10), informer.wait_for_sync())
+        .await
+        .expect("synced");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let watch = loop {
+        let requests = f.server.requests();
+        if let Some(watch) = requests.into_iter().find(|r| r.uri.contains("watch=1")) {
+            break watch;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no watch was opened"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(watch.uri.contains("timeoutSeconds=437"), "{}", watch.uri);
+    informer.stop().await;
+}
