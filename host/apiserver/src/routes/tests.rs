@@ -222,3 +222,43 @@ async fn the_token_is_checked_before_the_path() {
     let answer = summary(ask(&server, Method::GET, "/api", Some(TOKEN), None).await);
     assert_eq!(answer, (200, "APIVersions".to_owned()));
 }
+
+/// `generateName` gets kube-apiserver's suffix, drawn at random: five characters of its
+/// alphabet, a new name each time.
+#[tokio::test]
+async fn generated_names_are_the_prefix_and_a_random_suffix() {
+    let server = server(None).await;
+    let namespace =
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}});
+    let created = ask(
+        &server,
+        Method::POST,
+        "/api/v1/namespaces",
+        None,
+        Some(namespace),
+    )
+    .await;
+    assert_eq!(created.0, 201, "{created:?}");
+    let mut names = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        let configmap = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"generateName": "web-", "namespace": "default"}});
+        let path = "/api/v1/namespaces/default/configmaps";
+        let (code, body) = ask(&server, Method::POST, path, None, Some(configmap)).await;
+        assert_eq!(code, 201, "{body}");
+        let name = body["metadata"]["name"]
+            .as_str()
+            .expect("a name")
+            .to_owned();
+        let suffix = name.strip_prefix("web-").expect("the prefix");
+        assert!(
+            suffix.len() == 5
+                && suffix
+                    .bytes()
+                    .all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b)),
+            "{name}"
+        );
+        names.insert(name);
+    }
+    assert_eq!(names.len(), 20, "{names:?}");
+}

@@ -83,10 +83,7 @@ impl Ctx<'_> {
                     if !is_dns_subdomain(&format!("{prefix}a")) {
                         return self.invalid_name(prefix, "metadata.generateName");
                     }
-                    let suffix: String = (0..5)
-                        .map(|_| char::from(b"bcdfghjklmnpqrstvwxz2456789"[rand_index(27)]))
-                        .collect();
-                    format!("{prefix}{suffix}")
+                    format!("{prefix}{}", generated_suffix())
                 }
                 None => {
                     return error(
@@ -331,12 +328,11 @@ impl Ctx<'_> {
     }
 }
 
-fn rand_index(n: usize) -> usize {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static STATE: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
-    let mut x = STATE.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    (x % n as u64) as usize
+/// A `generateName` suffix as kube-apiserver makes one: five characters drawn at random from
+/// its alphabet (no vowels, so no words; no `0`, `1` or `3`, which read as letters).
+fn generated_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..5)
+        .map(|_| char::from(ALPHABET[rand::random_range(0..ALPHABET.len())]))
+        .collect()
 }
