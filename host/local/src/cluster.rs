@@ -59,12 +59,13 @@ pub enum LocalError {
         reason: String,
     },
     /// A file is not valid YAML; the objects it had before stay as they were.
-    #[error("{path} is not valid YAML ({reason}); its objects are left as they were")]
+    #[error("{path} is not valid YAML ({source}); its objects are left as they were")]
     BadYaml {
         /// The file.
         path: PathBuf,
-        /// The parser's message, with line and column.
-        reason: String,
+        /// The parser's error, with line and column.
+        #[source]
+        source: serde_yaml_ng::Error,
     },
     /// One document of a file is not a Kubernetes object.
     #[error("{path}, document {document}: {reason}")]
@@ -296,9 +297,9 @@ impl LocalCluster {
             }
             match parse_documents(&bytes) {
                 Ok(documents) => changed.push((path.clone(), hash, documents)),
-                Err(reason) => report.errors.push(LocalError::BadYaml {
+                Err(source) => report.errors.push(LocalError::BadYaml {
                     path: path.clone(),
-                    reason,
+                    source,
                 }),
             }
         }
@@ -553,10 +554,10 @@ fn content_hash(bytes: &[u8]) -> u64 {
 }
 
 /// The documents of a YAML (or JSON) file; empty documents are dropped and `List`s expanded.
-fn parse_documents(bytes: &[u8]) -> Result<Vec<serde_json::Value>, String> {
+fn parse_documents(bytes: &[u8]) -> Result<Vec<serde_json::Value>, serde_yaml_ng::Error> {
     let mut documents = Vec::new();
     for document in serde_yaml_ng::Deserializer::from_slice(bytes) {
-        let value = serde_json::Value::deserialize(document).map_err(|e| e.to_string())?;
+        let value = serde_json::Value::deserialize(document)?;
         match value {
             serde_json::Value::Null => {}
             serde_json::Value::Object(ref map)
