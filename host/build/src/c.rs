@@ -180,17 +180,12 @@ pub(crate) fn check_compiler(
 pub(crate) fn world(wit: &Path) -> Result<(Resolve, WorldId), BuildError> {
     let what = || format!("the WIT package in {}", wit.display());
     let mut resolve = Resolve::new();
-    let (package, _) = resolve.push_dir(wit).map_err(|e| BuildError::Component {
-        what: what(),
-        cause: format!("{e:#}"),
-    })?;
-    let world =
-        resolve
-            .select_world(&[package], Some(WORLD))
-            .map_err(|e| BuildError::Component {
-                what: what(),
-                cause: format!("{e:#}"),
-            })?;
+    let (package, _) = resolve
+        .push_dir(wit)
+        .map_err(BuildError::component(what()))?;
+    let world = resolve
+        .select_world(&[package], Some(WORLD))
+        .map_err(BuildError::component(what()))?;
     Ok((resolve, world))
 }
 
@@ -202,10 +197,9 @@ fn write_bindings(resolve: &mut Resolve, world: WorldId, dir: &Path) -> Result<(
     wit_bindgen_c::Opts::default()
         .build()
         .generate(resolve, world, &mut files)
-        .map_err(|e| BuildError::Component {
-            what: "generating the C bindings".to_owned(),
-            cause: format!("{e:#}"),
-        })?;
+        .map_err(BuildError::component(
+            "generating the C bindings".to_owned(),
+        ))?;
     create_dir(dir)?;
     let sdk = SDK.iter().map(|(name, text)| (*name, text.as_bytes()));
     for (name, contents) in files.iter().chain(sdk) {
@@ -228,19 +222,21 @@ fn sources(dir: &Path) -> Result<Vec<PathBuf>, BuildError> {
     Ok(sources)
 }
 
-/// `core` (a preview-1 reactor module carrying its world) as a component.
-fn componentize(core: &[u8]) -> Result<Vec<u8>, String> {
+/// `core` (a preview-1 reactor module carrying its world) as a component; `what` names it
+/// in an error, before the step that failed.
+fn componentize(core: &[u8], what: &str) -> Result<Vec<u8>, BuildError> {
+    let failed = |step: &str| BuildError::component(format!("{what}: {step}"));
     ComponentEncoder::default()
         .validate(true)
         .module(core)
-        .map_err(|e| format!("reading the core module: {e:#}"))?
+        .map_err(failed("reading the core module"))?
         .adapter(
             wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_ADAPTER_NAME,
             wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
         )
-        .map_err(|e| format!("adding the WASI preview-1 reactor adapter: {e:#}"))?
+        .map_err(failed("adding the WASI preview-1 reactor adapter"))?
         .encode()
-        .map_err(|e| format!("encoding the component: {e:#}"))
+        .map_err(failed("encoding the component"))
 }
 
 pub(crate) fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf, BuildError> {
@@ -285,10 +281,10 @@ pub(crate) fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf
         &format!("{cc_name} on the C sources of {}", dir.display()),
     )?;
     let module = std::fs::read(&core).map_err(BuildError::io("reading", &core))?;
-    let component = componentize(&module).map_err(|cause| BuildError::Component {
-        what: format!("making a component of C plugin {name} ({})", core.display()),
-        cause,
-    })?;
+    let component = componentize(
+        &module,
+        &format!("making a component of C plugin {name} ({})", core.display()),
+    )?;
     let out = work.join(format!("{name}.wasm"));
     std::fs::write(&out, component).map_err(BuildError::io("writing", &out))?;
     Ok(out)

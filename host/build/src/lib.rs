@@ -180,12 +180,13 @@ pub enum BuildError {
         source: std::io::Error,
     },
     /// The WIT package, the bindings or the component could not be made.
-    #[error("{what}: {cause}")]
+    #[error("{what}")]
     Component {
         /// What was being made.
         what: String,
-        /// Why it failed.
-        cause: String,
+        /// The WIT tools' error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The build ran but did not produce what it should have.
     #[error("{0}")]
@@ -193,6 +194,17 @@ pub enum BuildError {
 }
 
 impl BuildError {
+    /// A [`BuildError::Component`] of `what`, from the WIT tools' error.
+    fn component<E>(what: String) -> impl FnOnce(E) -> Self
+    where
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        move |e| BuildError::Component {
+            what,
+            source: e.into(),
+        }
+    }
+
     fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.to_owned();
         move |source| BuildError::Io {

@@ -36,13 +36,25 @@ pub enum ProjectError {
         /// The manifests found.
         found: Vec<&'static str>,
     },
-    /// Its manifest cannot be read or parsed.
-    #[error("{path}: {cause}")]
+    /// Its manifest cannot be read.
+    #[error("{path}: cannot be read")]
     Unreadable {
         /// The manifest.
         path: PathBuf,
         /// Why.
-        cause: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Its manifest is not valid JSON or TOML.
+    #[error("{path}: not valid {format}")]
+    Unparsable {
+        /// The manifest.
+        path: PathBuf,
+        /// `JSON` or `TOML`.
+        format: &'static str,
+        /// The parser's error, with line and column.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// Its manifest names no plugin, or one that breaks the naming rules.
     #[error("{path}: {field}: {cause}")]
@@ -90,15 +102,11 @@ impl Project {
             }
         };
         let path = dir.join(file);
-        let text = std::fs::read_to_string(&path).map_err(|e| ProjectError::Unreadable {
+        let text = std::fs::read_to_string(&path).map_err(|source| ProjectError::Unreadable {
             path: path.clone(),
-            cause: e.to_string(),
+            source,
         })?;
-        let name =
-            manifest_name(&text, language, field).map_err(|cause| ProjectError::Unreadable {
-                path: path.clone(),
-                cause,
-            })?;
+        let name = manifest_name(&path, &text, language, field)?;
         let name = name.ok_or_else(|| ProjectError::Name {
             path: path.clone(),
             field,
@@ -126,19 +134,37 @@ impl Project {
     }
 }
 
-/// The string at the dotted `field` of a manifest, `None` when absent.
-fn manifest_name(text: &str, language: Language, field: &str) -> Result<Option<String>, String> {
+/// The string at the dotted `field` of the manifest `path` holding `text`, `None` when
+/// absent.
+fn manifest_name(
+    path: &Path,
+    text: &str,
+    language: Language,
+    field: &'static str,
+) -> Result<Option<String>, ProjectError> {
+    let unparsable = |format| {
+        move |e: Box<dyn std::error::Error + Send + Sync>| ProjectError::Unparsable {
+            path: path.to_owned(),
+            format,
+            source: e,
+        }
+    };
     let document: serde_json::Value = if language == Language::JavaScript {
-        serde_json::from_str(text).map_err(|e| e.to_string())?
+        serde_json::from_str(text).map_err(|e| unparsable("JSON")(Box::new(e)))?
     } else {
-        let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
-        serde_json::to_value(table).map_err(|e| e.to_string())?
+        let table: toml::Table =
+            toml::from_str(text).map_err(|e| unparsable("TOML")(Box::new(e)))?;
+        serde_json::to_value(table).map_err(|e| unparsable("TOML")(Box::new(e)))?
     };
     let value = field.split('.').try_fold(&document, |v, key| v.get(key));
     match value {
         None => Ok(None),
         Some(serde_json::Value::String(name)) => Ok(Some(name.clone())),
-        Some(other) => Err(format!("{field} is {other}, not a string")),
+        Some(other) => Err(ProjectError::Name {
+            path: path.to_owned(),
+            field,
+            cause: format!("{other}, not a string"),
+        }),
     }
 }
 
@@ -210,7 +236,7 @@ mod tests {
             ),
             (
                 vec![("package.json", "{")],
-                "package.json: EOF while parsing",
+                "package.json: not valid JSON: EOF while parsing",
             ),
             (
                 vec![("package.json", "{}"), ("handler.js", "")],
@@ -225,7 +251,7 @@ mod tests {
             ),
             (
                 vec![("pyproject.toml", "[project]\nname = 7\n")],
-                "project.name is 7, not a string",
+                "project.name: 7, not a string",
             ),
             (
                 vec![("plugin.toml", "[plugin]\nname = \"audit\"\n")],
@@ -233,7 +259,14 @@ mod tests {
             ),
         ] {
             let (_dir, opened) = project(&files);
-            let message = opened.unwrap_err().to_string();
+            let error = opened.unwrap_err();
+            // The whole chain, as `kubeplug build` prints it.
+            let mut message = error.to_string();
+            let mut source = std::error::Error::source(&error);
+            while let Some(cause) = source {
+                message = format!("{message}: {cause}");
+                source = cause.source();
+            }
             assert!(
                 message.contains(expected),
                 "{message} should say {expected:?}"
