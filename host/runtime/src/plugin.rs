@@ -715,6 +715,9 @@ impl PluginInstance {
         finish(&self.store, &self.plugin, call, self.deadline, result)
     }
 
+    /// `init(settings)`. The outer error is the call's (a trap, the deadline); the inner one
+    /// is the plugin's refusal, its own text as the WIT carries it: data for the operator,
+    /// not a cause, so it stays a `String`.
     pub(crate) async fn init(&mut self, settings: &str) -> Result<Result<(), String>, CallError> {
         self.arm();
         let r = self
@@ -735,6 +738,7 @@ impl PluginInstance {
         self.finish("describe", r)
     }
 
+    /// `handle-events(batch)`. The inner error, as `init`'s, is the plugin's own text.
     pub(crate) async fn handle_events(
         &mut self,
         batch: &[wit::Event],
