@@ -441,7 +441,7 @@ impl ObjectDecoder {
 
     /// Decodes one object.
     pub fn decode(&self, json: &[u8]) -> Result<Object, DecodeError> {
-        self.decode_str(utf8(json).map_err(DecodeError::NotJson)?)
+        self.decode_str(utf8(json).map_err(|e| DecodeError::NotJson(e.to_string()))?)
     }
 
     fn decode_str(&self, text: &str) -> Result<Object, DecodeError> {

@@ -308,11 +308,8 @@ pub fn needs_no_escapes(s: &str) -> bool {
 /// `bytes` as text. A SIMD validator: with the standard library's byte loop, validation was
 /// a fifth of decoding a Pod. Only a failure pays for the standard library's error, which
 /// says where the bad byte is.
-pub fn utf8(bytes: &[u8]) -> Result<&str, String> {
-    simdutf8::basic::from_utf8(bytes).map_err(|_| match std::str::from_utf8(bytes) {
-        Err(e) => e.to_string(),
-        Ok(_) => "invalid UTF-8".to_owned(),
-    })
+pub fn utf8(bytes: &[u8]) -> Result<&str, std::str::Utf8Error> {
+    simdutf8::basic::from_utf8(bytes).or_else(|_| std::str::from_utf8(bytes))
 }
 
 /// The value of the raw JSON string literal `raw` (a range the scanners gave), borrowed

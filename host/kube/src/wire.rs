@@ -267,7 +267,7 @@ pub fn decode_watch_line(line: &Bytes) -> Result<WatchEvent, WireError> {
     if let Some(event) = object_last(line) {
         return Ok(event);
     }
-    let text = utf8(line).map_err(bad_envelope(line))?;
+    let text = utf8(line).map_err(|e| bad_envelope(line)(e.to_string()))?;
     decode_envelope(line, text)
 }
 
@@ -406,7 +406,7 @@ pub fn decode_list(
         reason,
         snippet: snippet(body),
     };
-    let text = utf8(body).map_err(bad)?;
+    let text = utf8(body).map_err(|e| bad(e.to_string()))?;
     // `items` is entered in place: skipping it to find its range and then walking its
     // elements would scan every item once more before the decoder's own scan.
     let (mut kind, mut metadata, mut items) = (None, None, Vec::new());
