@@ -66,7 +66,7 @@ pub use limits::{Limits, SandboxLimits};
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read the configuration file {path}: {source}")]
+    #[error("cannot read the configuration file {}", path.display())]
     Unreadable {
         /// The file.
         path: PathBuf,
@@ -74,13 +74,72 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    /// The file is not valid TOML or has unknown or mistyped keys.
-    #[error("the configuration file {path} is invalid: {message}")]
+    /// The file is not valid TOML, has unknown or mistyped keys, or values no plugin could
+    /// run under.
+    #[error("the configuration file {} is invalid", path.display())]
     Invalid {
         /// The file.
         path: PathBuf,
-        /// The parser's message, with line and column.
-        message: String,
+        /// What is wrong, and where.
+        #[source]
+        source: ParseError,
+    },
+}
+
+/// What is wrong in a configuration's text; every message names the line or the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    /// Not TOML, or a key unknown or of the wrong type: the parser's error, with line and
+    /// column.
+    #[error(transparent)]
+    Syntax(#[from] toml::de::Error),
+    /// A count limit is 0.
+    #[error("{section} {key} is 0; it must be at least 1")]
+    LimitZero {
+        /// `[defaults]` or `[plugins.NAME]`.
+        section: String,
+        /// The limit.
+        key: &'static str,
+    },
+    /// A rate is not a positive number.
+    #[error("{section} {key} is {value}; it must be a positive number")]
+    RateNotPositive {
+        /// `[defaults]` or `[plugins.NAME]`.
+        section: String,
+        /// The rate.
+        key: &'static str,
+        /// What it is.
+        value: f64,
+    },
+    /// More memory than a plugin can address.
+    #[error(
+        "{section} memory_limit_mib is {mib}; at most {} (a plugin addresses 4 GiB)",
+        SandboxLimits::MAX_MEMORY_LIMIT_MIB
+    )]
+    MemoryTooLarge {
+        /// `[defaults]` or `[plugins.NAME]`.
+        section: String,
+        /// What it is.
+        mib: u32,
+    },
+    /// A grants section, or `[host] sensitive`, names something that is not a grant.
+    #[error("{section}: {reason}")]
+    Grants {
+        /// `[defaults.grants]`, `[plugins.NAME.grants]` or `[host] sensitive`.
+        section: String,
+        /// The policy's words (`kubeplug-policy` reports in text).
+        reason: String,
+    },
+    /// A pin that is not a SHA-256 digest.
+    #[error(
+        "[plugins.{name}] sha256 = {digest:?} is not a SHA-256 digest (64 lowercase hex \
+         digits, as `sha256sum FILE` prints)"
+    )]
+    Pin {
+        /// The plugin.
+        name: String,
+        /// What it is.
+        digest: String,
     },
 }
 
@@ -214,39 +273,44 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
-        Self::parse(&text).map_err(|message| ConfigError::Invalid {
+        Self::parse(&text).map_err(|source| ConfigError::Invalid {
             path: path.to_owned(),
-            message,
+            source,
         })
     }
 
     /// Parses the text of a configuration file and checks its `[defaults]`; the error says
     /// what is wrong where (the TOML parser's line and column, or the key).
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let config: Self = toml::from_str(text).map_err(|e| e.to_string())?;
+    pub fn parse(text: &str) -> Result<Self, ParseError> {
+        let config: Self = toml::from_str(text)?;
         config.defaults.limits.check("[defaults]")?;
+        let grants = |section: String| move |reason| ParseError::Grants { section, reason };
         config
             .defaults
             .grants
             .to_policy()
-            .map_err(|e| format!("[defaults.grants]: {e}"))?;
-        config.host.sensitive_types()?;
+            .map_err(grants("[defaults.grants]".to_owned()))?;
+        if let Some(types) = &config.host.sensitive {
+            for text in types {
+                grants::exact_type(text).map_err(grants("[host] sensitive".to_owned()))?;
+            }
+        }
         for (name, plugin) in &config.plugins {
             plugin.limits.check(&format!("[plugins.{name}]"))?;
             plugin
                 .grants
                 .to_policy()
-                .map_err(|e| format!("[plugins.{name}.grants]: {e}"))?;
+                .map_err(grants(format!("[plugins.{name}.grants]")))?;
             if let Some(digest) = &plugin.sha256 {
                 let hex = digest.len() == 64
                     && digest
                         .bytes()
                         .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
                 if !hex {
-                    return Err(format!(
-                        "[plugins.{name}] sha256 = {digest:?} is not a SHA-256 digest (64 \
-                         lowercase hex digits, as `sha256sum FILE` prints)"
-                    ));
+                    return Err(ParseError::Pin {
+                        name: name.clone(),
+                        digest: digest.clone(),
+                    });
                 }
             }
         }
@@ -296,7 +360,7 @@ mod tests {
             &"0g".repeat(32),
             &"0f".repeat(33),
         ] {
-            let error = pinned(bad).unwrap_err();
+            let error = pinned(bad).unwrap_err().to_string();
             assert!(error.contains("[plugins.a] sha256"), "{bad:?}: {error}");
         }
     }
@@ -360,13 +424,17 @@ mod tests {
         let a = config.limits_of("a");
         assert_eq!((a.write_qps, a.max_reconcile_workers), (50.0, 2));
         assert_eq!(config.limits_of("b").write_qps, 5.0);
-        let error = Config::parse("[plugins.a]\nmemory_limit_mb = 128\n").unwrap_err();
+        let error = Config::parse("[plugins.a]\nmemory_limit_mb = 128\n")
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("memory_limit_mb")
                 && error.contains("`settings`, `grants` and `sha256`"),
             "{error}"
         );
-        let error = Config::parse("[plugins.a]\nwrite_burst = 0\n").unwrap_err();
+        let error = Config::parse("[plugins.a]\nwrite_burst = 0\n")
+            .unwrap_err()
+            .to_string();
         assert!(error.starts_with("[plugins.a] write_burst is 0"), "{error}");
     }
 
@@ -386,7 +454,9 @@ mod tests {
                 "[defaults] memory_limit_mib is 4097; at most 4096",
             ),
         ] {
-            let error = Config::parse(&format!("[defaults]\n{text}\n")).unwrap_err();
+            let error = Config::parse(&format!("[defaults]\n{text}\n"))
+                .unwrap_err()
+                .to_string();
             assert!(error.starts_with(expected), "{text}: {error}");
         }
         assert!(Config::parse("[defaults]\nmemory_limit_mib = 4096\n").is_ok());
@@ -394,14 +464,27 @@ mod tests {
 
     #[test]
     fn errors_name_the_file_and_the_problem() {
+        // The whole chain, as the binary prints it.
+        let chain = |error: ConfigError| {
+            let mut text = error.to_string();
+            let mut source = std::error::Error::source(&error);
+            while let Some(cause) = source {
+                text = format!("{text}: {cause}");
+                source = cause.source();
+            }
+            text
+        };
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("missing.toml");
-        let error = Config::load(Some(&missing)).unwrap_err().to_string();
-        assert!(error.contains("missing.toml"), "{error}");
+        let error = chain(Config::load(Some(&missing)).unwrap_err());
+        assert!(
+            error.contains("missing.toml") && error.contains("No such file"),
+            "{error}"
+        );
 
         let typo = dir.path().join("typo.toml");
         std::fs::write(&typo, "[host]\nhtp = \"0.0.0.0:1\"\n").unwrap();
-        let error = Config::load(Some(&typo)).unwrap_err().to_string();
+        let error = chain(Config::load(Some(&typo)).unwrap_err());
         assert!(
             error.contains("typo.toml") && error.contains("htp"),
             "{error}"

@@ -5,6 +5,8 @@
 
 use serde::Deserialize;
 
+use crate::ParseError;
+
 /// The limits one section sets; a key left out is taken from `[defaults]`, then from
 /// [`SandboxLimits::BUILT_IN`].
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -172,7 +174,7 @@ impl Limits {
     /// Refuses limits no plugin could run under: a zero anywhere (a rate that is not a
     /// positive number), or more memory than a plugin can address. `section` names where
     /// they were written (`[defaults]`, `[plugins.label-audit]`).
-    pub(crate) fn check(&self, section: &str) -> Result<(), String> {
+    pub(crate) fn check(&self, section: &str) -> Result<(), ParseError> {
         let counts = [
             ("memory_limit_mib", self.memory_limit_mib.map(u64::from)),
             ("call_deadline_ms", self.call_deadline_ms),
@@ -195,7 +197,10 @@ impl Limits {
         ];
         for (key, value) in counts {
             if value == Some(0) {
-                return Err(format!("{section} {key} is 0; it must be at least 1"));
+                return Err(ParseError::LimitZero {
+                    section: section.to_owned(),
+                    key,
+                });
             }
         }
         for (key, qps) in [
@@ -205,18 +210,20 @@ impl Limits {
             if let Some(qps) = qps
                 && !(qps.is_finite() && qps > 0.0)
             {
-                return Err(format!(
-                    "{section} {key} is {qps}; it must be a positive number"
-                ));
+                return Err(ParseError::RateNotPositive {
+                    section: section.to_owned(),
+                    key,
+                    value: qps,
+                });
             }
         }
         if let Some(mib) = self.memory_limit_mib
             && mib > SandboxLimits::MAX_MEMORY_LIMIT_MIB
         {
-            return Err(format!(
-                "{section} memory_limit_mib is {mib}; at most {} (a plugin addresses 4 GiB)",
-                SandboxLimits::MAX_MEMORY_LIMIT_MIB
-            ));
+            return Err(ParseError::MemoryTooLarge {
+                section: section.to_owned(),
+                mib,
+            });
         }
         Ok(())
     }
@@ -249,7 +256,7 @@ mod tests {
 
     #[test]
     fn zeros_and_impossible_values_are_refused_naming_the_section_and_key() {
-        let refused = |limits: Limits| limits.check("[plugins.a]").unwrap_err();
+        let refused = |limits: Limits| limits.check("[plugins.a]").unwrap_err().to_string();
         assert_eq!(
             refused(Limits {
                 max_reconcile_workers: Some(0),

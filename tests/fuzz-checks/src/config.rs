@@ -19,7 +19,8 @@ pub fn config_file(data: &[u8]) {
     let is_toml = text.parse::<toml::Table>().is_ok();
     let config = match Config::parse(text) {
         Ok(config) => config,
-        Err(message) => {
+        Err(error) => {
+            let message = error.to_string();
             assert!(
                 !is_toml
                     || message.starts_with("TOML parse error at line")
