@@ -83,18 +83,28 @@ pub(crate) fn create_dir(dir: &Path) -> Result<(), BuildError> {
 }
 
 /// Copies `from` to `to` unless `to` already has the same bytes, through a temporary file
-/// renamed into place.
+/// of a unique name renamed into place: two builds publishing one plugin at once (tests of
+/// one binary run in parallel) each rename a whole file of their own, and a watched plugins
+/// directory never sees half of one.
 pub(crate) fn copy_if_changed(from: &Path, to: &Path) -> Result<(), BuildError> {
+    use std::io::Write as _;
+
     let bytes = std::fs::read(from).map_err(BuildError::io("reading", from))?;
     if std::fs::read(to).is_ok_and(|old| old == bytes) {
         return Ok(());
     }
-    if let Some(dir) = to.parent() {
-        create_dir(dir)?;
-    }
-    let tmp = to.with_extension("wasm.tmp");
-    std::fs::write(&tmp, &bytes).map_err(BuildError::io("writing", &tmp))?;
-    std::fs::rename(&tmp, to).map_err(BuildError::io("renaming into", to))
+    let dir = to.parent().filter(|dir| !dir.as_os_str().is_empty());
+    let dir = dir.unwrap_or(Path::new("."));
+    create_dir(dir)?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".publishing-")
+        .tempfile_in(dir)
+        .map_err(BuildError::io("creating a temporary file in", dir))?;
+    tmp.write_all(&bytes)
+        .map_err(BuildError::io("writing", tmp.path()))?;
+    tmp.persist(to)
+        .map(drop)
+        .map_err(|e| BuildError::io("renaming into", to)(e.error))
 }
 
 /// Replaces `to` with a copy of the sources under `from` (not [generated
@@ -208,5 +218,34 @@ mod tests {
         copy_if_changed(&from, &to).unwrap();
         assert_eq!(std::fs::metadata(&to).unwrap().modified().unwrap(), first);
         assert_eq!(std::fs::read(&to).unwrap(), b"\0asm");
+    }
+
+    /// Two builds of one test binary published the same plugin at once through one
+    /// temporary name, and one of them failed "renaming into …: No such file" (seen in CI).
+    /// Each publish now renames a file of its own: all succeed, and the file is whole.
+    #[test]
+    fn publishes_of_one_plugin_at_once_all_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let to = dir.path().join("out/a.wasm");
+        let sources: Vec<(PathBuf, Vec<u8>)> = (0..8u8)
+            .map(|i| {
+                let from = dir.path().join(format!("built-{i}.wasm"));
+                let bytes = vec![i; 256 << 10];
+                std::fs::write(&from, &bytes).unwrap();
+                (from, bytes)
+            })
+            .collect();
+        for _ in 0..20 {
+            std::thread::scope(|scope| {
+                for (from, _) in &sources {
+                    let to = &to;
+                    scope.spawn(move || copy_if_changed(from, to).unwrap());
+                }
+            });
+            let published = std::fs::read(&to).unwrap();
+            assert!(sources.iter().any(|(_, bytes)| *bytes == published));
+        }
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("out")).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temporary file is left behind");
     }
 }
