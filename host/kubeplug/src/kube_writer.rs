@@ -110,15 +110,13 @@ impl KubeWriter {
                 target,
                 patch_type,
                 patch,
-                subresource,
+                part,
             } => {
-                let part = subresource
-                    .as_deref()
-                    .map(|s| format!(" ({s})"))
-                    .unwrap_or_default();
+                let subresource = part.subresource();
+                let part = subresource.map(|s| format!(" ({s})")).unwrap_or_default();
                 let what = format!("patch {target}{part}");
                 let resource = self.resource(&target.resource, &what).await?;
-                let path = object_path(&resource, &target, subresource.as_deref())?;
+                let path = object_path(&resource, &target, subresource)?;
                 let content_type = match patch_type {
                     PatchType::Merge => "application/merge-patch+json",
                     PatchType::Json => "application/json-patch+json",

@@ -9,7 +9,7 @@ use kubeplug_local::LocalCluster;
 use kubeplug_memory::creation_timestamp;
 use kubeplug_memory::status::Endpoint;
 use kubeplug_policy::names::printable;
-use kubeplug_runtime::view::{BoxFuture, PatchType};
+use kubeplug_runtime::view::{BoxFuture, PatchType, PatchedPart};
 use kubeplug_runtime::{ClusterWriter, Gvk, ObjectRef, Write, WriteError};
 use serde_json::Value;
 use tracing::info;
@@ -76,7 +76,7 @@ impl LocalWriter {
                 target,
                 patch_type,
                 patch,
-                subresource,
+                part,
             } => {
                 let (resource, stored) = self.stored(&target)?;
                 let patch = parse(&patch)?;
@@ -102,12 +102,15 @@ impl LocalWriter {
                         )));
                     }
                 }
-                let endpoint = match subresource.as_deref() {
-                    Some("status") => Endpoint::Status,
-                    _ => Endpoint::Object,
+                let endpoint = match part {
+                    PatchedPart::Status => Endpoint::Status,
+                    PatchedPart::Object => Endpoint::Object,
                 };
                 let object = endpoint.stored(Some(&stored), object);
-                let part = subresource.map(|s| format!(" ({s})")).unwrap_or_default();
+                let part = part
+                    .subresource()
+                    .map(|s| format!(" ({s})"))
+                    .unwrap_or_default();
                 (resource, object, format!("patched {target}{part}"))
             }
             Write::Create {
@@ -232,17 +235,20 @@ mod tests {
             namespace: Some("ns".into()),
             name: "web".into(),
         };
-        let patch = |patch: &str, subresource: Option<&str>| Write::Patch {
+        let patch = |patch: &str, part: PatchedPart| Write::Patch {
             target: target.clone(),
             patch_type: PatchType::Merge,
             patch: patch.into(),
-            subresource: subresource.map(str::to_owned),
+            part,
         };
         for write in [
-            patch(r#"{"spec":{"replicas":2},"status":{"replicas":9}}"#, None),
+            patch(
+                r#"{"spec":{"replicas":2},"status":{"replicas":9}}"#,
+                PatchedPart::Object,
+            ),
             patch(
                 r#"{"spec":{"replicas":9},"metadata":{"labels":{"s":"t"}},"status":{"replicas":3}}"#,
-                Some("status"),
+                PatchedPart::Status,
             ),
         ] {
             writer.write("test", write).await.unwrap();
@@ -287,7 +293,7 @@ mod tests {
                         target: target.clone(),
                         patch_type,
                         patch: patch.into(),
-                        subresource: None,
+                        part: PatchedPart::Object,
                     },
                 )
                 .await
@@ -329,7 +335,7 @@ mod tests {
                     target: target.clone(),
                     patch_type: PatchType::Merge,
                     patch: r#"{"data":{"x":"y"}}"#.into(),
-                    subresource: None,
+                    part: PatchedPart::Object,
                 },
             )
             .await

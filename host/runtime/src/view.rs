@@ -6,6 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use kubeplug_informer::indexer::Indexer;
+use kubeplug_policy::WriteVerb;
 
 use crate::gvk::Gvk;
 
@@ -89,6 +90,35 @@ pub enum PatchType {
     Json,
 }
 
+/// What a patch changes: the object, or its `status` subresource, the only subresource a
+/// plugin may patch. Decided once, where the plugin's call is checked, so that no writer
+/// matches the subresource's name again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchedPart {
+    /// The object (`patch`).
+    Object,
+    /// Its `status` subresource (`patch-status`).
+    Status,
+}
+
+impl PatchedPart {
+    /// The subresource in the request path, if any.
+    pub fn subresource(self) -> Option<&'static str> {
+        match self {
+            Self::Object => None,
+            Self::Status => Some("status"),
+        }
+    }
+
+    /// The verb a grant names for it.
+    pub fn verb(self) -> WriteVerb {
+        match self {
+            Self::Object => WriteVerb::Patch,
+            Self::Status => WriteVerb::PatchStatus,
+        }
+    }
+}
+
 /// A Kubernetes Event's type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventSeverity {
@@ -112,7 +142,7 @@ pub enum Write {
         /// `kubeplug/<plugin>`.
         field_manager: String,
     },
-    /// A patch, of the object or of a subresource.
+    /// A patch, of the object or of its status.
     Patch {
         /// The object.
         target: ObjectRef,
@@ -120,8 +150,8 @@ pub enum Write {
         patch_type: PatchType,
         /// The patch document.
         patch: String,
-        /// E.g. `status`.
-        subresource: Option<String>,
+        /// The object, or its `status` subresource.
+        part: PatchedPart,
     },
     /// A creation.
     Create {

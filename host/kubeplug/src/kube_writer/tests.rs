@@ -6,7 +6,7 @@
 use kubeplug_envtest::{Envtest, User};
 use kubeplug_fake_apiserver::{FakeApiServer, FakeOptions};
 use kubeplug_kube::config::{ConfigSource, Loaded, Origin};
-use kubeplug_runtime::view::EventSeverity;
+use kubeplug_runtime::view::{EventSeverity, PatchedPart};
 
 use super::*;
 
@@ -233,36 +233,44 @@ async fn patches_reach_the_object_or_its_status(server: Server) {
     let Some(setup) = Setup::new(server, "patch").await else {
         return;
     };
-    let patch = |patch_type, patch: &str, subresource: Option<&str>| Write::Patch {
+    let patch = |patch_type, patch: &str, part: PatchedPart| Write::Patch {
         target: setup.target("web"),
         patch_type,
         patch: patch.into(),
-        subresource: subresource.map(str::to_owned),
+        part,
     };
     let writes = [
-        patch(PatchType::Merge, r#"{"spec":{"replicas":3}}"#, None),
+        patch(
+            PatchType::Merge,
+            r#"{"spec":{"replicas":3}}"#,
+            PatchedPart::Object,
+        ),
         patch(
             PatchType::Json,
             r#"[{"op":"add","path":"/metadata/labels/j","value":"k"}]"#,
-            None,
+            PatchedPart::Object,
         ),
         patch(
             PatchType::Merge,
             r#"{"status":{"replicas":3}}"#,
-            Some("status"),
+            PatchedPart::Status,
         ),
         // The object's own patch cannot change its status, nor the status patch anything
         // else.
-        patch(PatchType::Merge, r#"{"status":{"replicas":9}}"#, None),
+        patch(
+            PatchType::Merge,
+            r#"{"status":{"replicas":9}}"#,
+            PatchedPart::Object,
+        ),
         patch(
             PatchType::Merge,
             r#"{"spec":{"replicas":9},"metadata":{"labels":{"s":"t"}}}"#,
-            Some("status"),
+            PatchedPart::Status,
         ),
         patch(
             PatchType::Json,
             r#"[{"op":"replace","path":"/spec/replicas","value":9}]"#,
-            Some("status"),
+            PatchedPart::Status,
         ),
     ];
     for write in writes {
@@ -278,7 +286,11 @@ async fn patches_reach_the_object_or_its_status(server: Server) {
         .writer
         .write(
             "test",
-            patch(PatchType::Json, r#"[{"op":"remove","path":"/nope"}]"#, None),
+            patch(
+                PatchType::Json,
+                r#"[{"op":"remove","path":"/nope"}]"#,
+                PatchedPart::Object,
+            ),
         )
         .await
         .unwrap_err();

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use kubeplug_runtime::view::{EventSeverity, PatchType};
+use kubeplug_runtime::view::{EventSeverity, PatchType, PatchedPart};
 use kubeplug_runtime::{CallObserver, CallRecord, Observed, Write};
 use kubeplug_workqueue::Outcome;
 
@@ -245,11 +245,11 @@ fn describe(write: &Write) -> (&'static str, String, String, String) {
             target,
             patch_type,
             patch,
-            subresource,
+            part,
         } => {
-            let verb = match subresource.as_deref() {
-                Some("status") => "patch-status",
-                _ => "patch",
+            let verb = match part {
+                PatchedPart::Status => "patch-status",
+                PatchedPart::Object => "patch",
             };
             let kind = match patch_type {
                 PatchType::Merge => "merge",

@@ -11,7 +11,7 @@ use crate::gvk::Gvk;
 use crate::observer::CallRecord;
 use crate::state::{MAX_WRITE_WAIT, StoreState};
 use crate::status::PluginStats;
-use crate::view::{self, ObjectRef, Write, WriteError};
+use crate::view::{self, ObjectRef, PatchedPart, Write, WriteError};
 
 use super::{check_len, check_name, check_namespace, checked_gvk};
 
@@ -290,18 +290,17 @@ impl Host for StoreState {
             }
             Ok(t)
         });
-        Ok(match (checked, subresource.as_deref()) {
-            (Err(e), _) => Err(e),
-            (Ok(_), Some(other)) if other != "status" => Err(Error::InvalidInput(format!(
+        let part = match subresource.as_deref() {
+            None => Ok(PatchedPart::Object),
+            Some("status") => Ok(PatchedPart::Status),
+            Some(other) => Err(Error::InvalidInput(format!(
                 "subresource {other:?}: only `status` can be patched"
             ))),
-            (Ok(target), _) => {
+        };
+        Ok(match (checked, part) {
+            (Err(e), _) | (_, Err(e)) => Err(e),
+            (Ok(target), Ok(part)) => {
                 let resource = target.resource.clone();
-                let verb = if subresource.is_some() {
-                    WriteVerb::PatchStatus
-                } else {
-                    WriteVerb::Patch
-                };
                 let patch_type = match patch_type {
                     PatchType::Merge => view::PatchType::Merge,
                     PatchType::Json => view::PatchType::Json,
@@ -310,9 +309,9 @@ impl Host for StoreState {
                     target,
                     patch_type,
                     patch,
-                    subresource,
+                    part,
                 };
-                self.write(&resource, verb, write).await
+                self.write(&resource, part.verb(), write).await
             }
         })
     }

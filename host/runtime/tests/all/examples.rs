@@ -18,7 +18,7 @@ use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
 use kubeplug_memory::MemoryServer;
 use kubeplug_runtime::reconcile::{Reconciler, run_reconcile};
-use kubeplug_runtime::view::{BoxFuture, PatchType};
+use kubeplug_runtime::view::{BoxFuture, PatchType, PatchedPart};
 use kubeplug_runtime::{
     ClusterWriter, Grants, Gvk, IndexerMap, ObjectRef, Plugin, PluginInstance, PluginLimits,
     PluginSpec, Write, WriteError, WriteVerb,
@@ -92,7 +92,7 @@ impl Cluster {
                 target,
                 patch_type: PatchType::Merge,
                 patch,
-                subresource: None,
+                part: PatchedPart::Object,
             } => (target, patch),
             Write::Apply { target, json, .. } => (target, json),
             other => return Err(WriteError::Invalid(format!("not expected: {other:?}"))),
