@@ -3,8 +3,35 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kubeplug_policy::{Gvk, ReadGrant, WriteVerb};
+use kubeplug_policy::{Gvk, GvkParseError, NameError, ReadGrant, ReadGrantParseError, WriteVerb};
 use serde::Deserialize;
+
+use crate::ParseError;
+
+/// Why an entry of a grants section, or of `[host] sensitive`, is not a grant; each names
+/// the entry.
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    /// A `read` entry that is no read grant.
+    #[error(transparent)]
+    Read(#[from] ReadGrantParseError),
+    /// A type not written `apiVersion/Kind`.
+    #[error(transparent)]
+    NotAType(#[from] GvkParseError),
+    /// A type with a group, version or kind that is not a valid name.
+    #[error("{text:?}")]
+    InvalidName {
+        /// The type as written.
+        text: String,
+        /// The part that is not valid, and why.
+        #[source]
+        source: NameError,
+    },
+    /// A `write` key that is not one type; boxed, as it holds [`NotAType`](Self::NotAType)
+    /// or [`InvalidName`](Self::InvalidName).
+    #[error("`write` takes exact types (patterns are allowed in `read` only)")]
+    WriteNotAType(#[source] Box<GrantError>),
+}
 
 /// One section's grants, types written `apiVersion/Kind` (`v1/Secret`,
 /// `apps/v1/Deployment`); in `read` also `GROUP/*` (`apps/*`, `core/*`) and `*`.
@@ -25,14 +52,13 @@ pub const DEFAULT_SENSITIVE: &[&str] = &["v1/Secret"];
 
 impl Grants {
     /// The policy's form; an error names the entry that does not parse.
-    pub fn to_policy(&self) -> Result<kubeplug_policy::Grants, String> {
+    pub fn to_policy(&self) -> Result<kubeplug_policy::Grants, GrantError> {
         let mut grants = kubeplug_policy::Grants::default();
         for grant in &self.read {
             grants = grants.allow_reads(ReadGrant::parse(grant)?);
         }
         for (resource, verbs) in &self.write {
-            let gvk = exact_type(resource)
-                .map_err(|e| format!("{e} (patterns are allowed in `read` only)"))?;
+            let gvk = exact_type(resource).map_err(|e| GrantError::WriteNotAType(Box::new(e)))?;
             for verb in verbs {
                 grants = grants.allow_write(gvk.clone(), *verb);
             }
@@ -53,26 +79,34 @@ impl Grants {
 }
 
 /// `text` as one resource type whose parts are valid names.
-pub(crate) fn exact_type(text: &str) -> Result<Gvk, String> {
+pub(crate) fn exact_type(text: &str) -> Result<Gvk, GrantError> {
     let gvk = Gvk::parse(text)?;
-    gvk.check().map_err(|e| format!("{text:?}: {e}"))?;
+    gvk.check().map_err(|source| GrantError::InvalidName {
+        text: text.to_owned(),
+        source,
+    })?;
     Ok(gvk)
 }
 
-/// A plugin's grants as the host applies them: its own section's (`own`) and
-/// `[defaults.grants]` together, except that a type of `sensitive` is readable only when
-/// `own` names it exactly (never through `[defaults.grants]` or a pattern), and writes go
-/// only to `namespace` when the host watches one.
+/// The grants of the plugin named `name` as the host applies them: its own section's
+/// (`own`) and `[defaults.grants]` together, except that a type of `sensitive` is readable
+/// only when `own` names it exactly (never through `[defaults.grants]` or a pattern), and
+/// writes go only to `namespace` when the host watches one. An error names the section.
 pub(crate) fn effective(
+    name: &str,
     own: Option<&Grants>,
     defaults: &Grants,
     sensitive: &BTreeSet<Gvk>,
     namespace: Option<&str>,
-) -> Result<kubeplug_policy::Grants, String> {
-    let mut grants = defaults.to_policy()?;
+) -> Result<kubeplug_policy::Grants, ParseError> {
+    let mut grants = defaults
+        .to_policy()
+        .map_err(ParseError::grants("[defaults.grants]".to_owned()))?;
     let opened = match own {
         Some(own) => {
-            let own_grants = own.to_policy()?;
+            let own_grants = own
+                .to_policy()
+                .map_err(ParseError::grants(format!("[plugins.{name}.grants]")))?;
             grants.read.extend(own_grants.read);
             for (resource, verbs) in own_grants.write {
                 grants.write.entry(resource).or_default().extend(verbs);
@@ -103,7 +137,7 @@ mod tests {
         let pods = Gvk::new("", "v1", "Pod");
         let sensitive = BTreeSet::from([secrets.clone()]);
         let read = |own: Option<&Grants>, defaults: &Grants| {
-            effective(own, defaults, &sensitive, None)
+            effective("a", own, defaults, &sensitive, None)
                 .unwrap()
                 .may_read(&secrets)
         };
@@ -114,7 +148,7 @@ mod tests {
             !read(None, &section(&["v1/Secret"])),
             "not through [defaults.grants]"
         );
-        let grants = effective(None, &section(&["core/*"]), &sensitive, None).unwrap();
+        let grants = effective("a", None, &section(&["core/*"]), &sensitive, None).unwrap();
         assert!(
             grants.may_read(&pods),
             "[defaults.grants] patterns apply to the rest"
@@ -129,12 +163,20 @@ mod tests {
             .insert("apps/*".to_owned(), vec![WriteVerb::Patch]);
         let error = grants.to_policy().unwrap_err();
         assert!(
-            error.contains("patterns are allowed in `read` only"),
+            matches!(&error, GrantError::WriteNotAType(cause)
+                if matches!(**cause, GrantError::InvalidName { .. })),
+            "{error:?}"
+        );
+        assert!(
+            error
+                .to_string()
+                .contains("patterns are allowed in `read` only"),
             "{error}"
         );
         let error = section(&["v1/namespaces/x/secrets/Secret"])
             .to_policy()
             .unwrap_err();
-        assert!(error.contains("is not a read grant"), "{error}");
+        assert!(matches!(error, GrantError::Read(_)), "{error:?}");
+        assert!(error.to_string().contains("is not a read grant"), "{error}");
     }
 }

@@ -59,7 +59,7 @@ use serde::Deserialize;
 mod grants;
 mod limits;
 
-pub use grants::{DEFAULT_SENSITIVE, Grants};
+pub use grants::{DEFAULT_SENSITIVE, GrantError, Grants};
 pub use limits::{Limits, SandboxLimits};
 
 /// Why the configuration could not be used.
@@ -123,12 +123,13 @@ pub enum ParseError {
         mib: u32,
     },
     /// A grants section, or `[host] sensitive`, names something that is not a grant.
-    #[error("{section}: {reason}")]
+    #[error("{section}")]
     Grants {
         /// `[defaults.grants]`, `[plugins.NAME.grants]` or `[host] sensitive`.
         section: String,
-        /// The policy's words (`kubeplug-policy` reports in text).
-        reason: String,
+        /// The entry, and what is wrong with it; boxed, as a name error is large.
+        #[source]
+        source: Box<GrantError>,
     },
     /// A pin that is not a SHA-256 digest.
     #[error(
@@ -140,6 +141,41 @@ pub enum ParseError {
         name: String,
         /// What it is.
         digest: String,
+    },
+}
+
+impl ParseError {
+    /// [`ParseError::Grants`] of `section`, for `map_err`.
+    pub(crate) fn grants(section: String) -> impl FnOnce(GrantError) -> Self {
+        move |source| Self::Grants {
+            section,
+            source: Box::new(source),
+        }
+    }
+}
+
+/// Why a `[defaults]` or `[plugins.NAME]` table is not one. Serde keeps only the text of a
+/// `try_from` error, so each message carries the parser's error itself rather than as a
+/// source.
+#[derive(Debug, thiserror::Error)]
+pub enum SectionError {
+    /// `settings`, `grants` or `sha256` has the wrong type.
+    #[error("{key}: {cause}")]
+    Key {
+        /// The key.
+        key: &'static str,
+        /// The parser's error.
+        cause: toml::de::Error,
+    },
+    /// A limit is unknown or has the wrong type.
+    #[error("{cause}; besides these limits, {section} holds {others}")]
+    Limits {
+        /// `[defaults]` or `a plugin's section`.
+        section: &'static str,
+        /// The keys it holds besides the limits.
+        others: &'static str,
+        /// The parser's error.
+        cause: toml::de::Error,
     },
 }
 
@@ -176,11 +212,14 @@ pub struct HostConfig {
 
 impl HostConfig {
     /// The sensitive types; an error names the entry that is not a type.
-    pub fn sensitive_types(&self) -> Result<BTreeSet<Gvk>, String> {
+    pub fn sensitive_types(&self) -> Result<BTreeSet<Gvk>, ParseError> {
         match &self.sensitive {
             Some(types) => types
                 .iter()
-                .map(|text| grants::exact_type(text).map_err(|e| format!("[host] sensitive: {e}")))
+                .map(|text| {
+                    grants::exact_type(text)
+                        .map_err(ParseError::grants("[host] sensitive".to_owned()))
+                })
                 .collect(),
             None => Ok(DEFAULT_SENSITIVE
                 .iter()
@@ -203,13 +242,18 @@ pub struct DefaultsConfig {
 
 /// Written by hand, as [`PluginConfig`]'s: unknown keys are refused.
 impl TryFrom<toml::Table> for DefaultsConfig {
-    type Error = String;
+    type Error = SectionError;
 
-    fn try_from(mut table: toml::Table) -> Result<Self, String> {
+    fn try_from(mut table: toml::Table) -> Result<Self, SectionError> {
         let grants = take(&mut table, "grants")?.unwrap_or_default();
-        let limits = toml::Value::Table(table)
-            .try_into()
-            .map_err(|e| format!("{e}; besides these limits, [defaults] holds `grants`"))?;
+        let limits =
+            toml::Value::Table(table)
+                .try_into()
+                .map_err(|cause| SectionError::Limits {
+                    section: "[defaults]",
+                    others: "`grants`",
+                    cause,
+                })?;
         Ok(Self { limits, grants })
     }
 }
@@ -233,15 +277,20 @@ pub struct PluginConfig {
 /// Written by hand rather than with `#[serde(flatten)]`, which cannot refuse unknown keys:
 /// a misspelt limit must not pass silently.
 impl TryFrom<toml::Table> for PluginConfig {
-    type Error = String;
+    type Error = SectionError;
 
-    fn try_from(mut table: toml::Table) -> Result<Self, String> {
+    fn try_from(mut table: toml::Table) -> Result<Self, SectionError> {
         let settings = take(&mut table, "settings")?;
         let grants = take(&mut table, "grants")?.unwrap_or_default();
         let sha256 = take(&mut table, "sha256")?;
-        let limits = toml::Value::Table(table).try_into().map_err(|e| {
-            format!("{e}; besides these limits, a plugin's section holds `settings`, `grants` and `sha256`")
-        })?;
+        let limits =
+            toml::Value::Table(table)
+                .try_into()
+                .map_err(|cause| SectionError::Limits {
+                    section: "a plugin's section",
+                    others: "`settings`, `grants` and `sha256`",
+                    cause,
+                })?;
         Ok(Self {
             settings,
             grants,
@@ -254,13 +303,13 @@ impl TryFrom<toml::Table> for PluginConfig {
 /// Removes `key` from `table` and reads it as a `T`; an error names the key.
 fn take<T: serde::de::DeserializeOwned>(
     table: &mut toml::Table,
-    key: &str,
-) -> Result<Option<T>, String> {
+    key: &'static str,
+) -> Result<Option<T>, SectionError> {
     table
         .remove(key)
         .map(toml::Value::try_into)
         .transpose()
-        .map_err(|e| format!("{key}: {e}"))
+        .map_err(|cause| SectionError::Key { key, cause })
 }
 
 impl Config {
@@ -284,23 +333,18 @@ impl Config {
     pub fn parse(text: &str) -> Result<Self, ParseError> {
         let config: Self = toml::from_str(text)?;
         config.defaults.limits.check("[defaults]")?;
-        let grants = |section: String| move |reason| ParseError::Grants { section, reason };
         config
             .defaults
             .grants
             .to_policy()
-            .map_err(grants("[defaults.grants]".to_owned()))?;
-        if let Some(types) = &config.host.sensitive {
-            for text in types {
-                grants::exact_type(text).map_err(grants("[host] sensitive".to_owned()))?;
-            }
-        }
+            .map_err(ParseError::grants("[defaults.grants]".to_owned()))?;
+        config.host.sensitive_types()?;
         for (name, plugin) in &config.plugins {
             plugin.limits.check(&format!("[plugins.{name}]"))?;
             plugin
                 .grants
                 .to_policy()
-                .map_err(grants(format!("[plugins.{name}.grants]")))?;
+                .map_err(ParseError::grants(format!("[plugins.{name}.grants]")))?;
             if let Some(digest) = &plugin.sha256 {
                 let hex = digest.len() == 64
                     && digest
@@ -329,19 +373,20 @@ impl Config {
 
     /// The grants of the plugin named `name`, as the host applies them: its section's and
     /// `[defaults.grants]` together, sensitive types only through its own exact grants, and
-    /// within `namespace` (the host's, which a flag may set over `[host] namespace`).
+    /// within `namespace` (the host's, which a flag may set over `[host] namespace`). Fails
+    /// only on a configuration [`parse`](Self::parse) did not check.
     pub fn grants_of(
         &self,
         name: &str,
         namespace: Option<&str>,
-    ) -> Result<kubeplug_policy::Grants, String> {
+    ) -> Result<kubeplug_policy::Grants, ParseError> {
         grants::effective(
+            name,
             self.plugins.get(name).map(|p| &p.grants),
             &self.defaults.grants,
             &self.host.sensitive_types()?,
             namespace,
         )
-        .map_err(|e| format!("grants of [plugins.{name}]: {e}"))
     }
 }
 
@@ -403,6 +448,7 @@ mod tests {
         assert!(
             Gvk::parse("Deployment")
                 .unwrap_err()
+                .to_string()
                 .contains("apiVersion/Kind")
         );
     }
@@ -462,21 +508,44 @@ mod tests {
         assert!(Config::parse("[defaults]\nmemory_limit_mib = 4096\n").is_ok());
     }
 
+    /// The whole chain, as the binary prints it.
+    fn chain(error: &dyn std::error::Error) -> String {
+        let mut text = error.to_string();
+        let mut source = error.source();
+        while let Some(cause) = source {
+            text = format!("{text}: {cause}");
+            source = cause.source();
+        }
+        text
+    }
+
+    #[test]
+    fn grant_errors_name_the_section_and_the_entry() {
+        for (text, expected) in [
+            (
+                "[defaults.grants]\nread = [\"apps\"]\n",
+                "[defaults.grants]: \"apps\" is not a read grant",
+            ),
+            (
+                "[plugins.a.grants]\nwrite = { \"apps/*\" = [\"patch\"] }\n",
+                "[plugins.a.grants]: `write` takes exact types (patterns are allowed in `read` \
+                 only): \"apps/*\": kind",
+            ),
+            (
+                "[host]\nsensitive = [\"Secret\"]\n",
+                "[host] sensitive: \"Secret\" is not a type",
+            ),
+        ] {
+            let error = chain(&Config::parse(text).unwrap_err());
+            assert!(error.starts_with(expected), "{text}: {error}");
+        }
+    }
+
     #[test]
     fn errors_name_the_file_and_the_problem() {
-        // The whole chain, as the binary prints it.
-        let chain = |error: ConfigError| {
-            let mut text = error.to_string();
-            let mut source = std::error::Error::source(&error);
-            while let Some(cause) = source {
-                text = format!("{text}: {cause}");
-                source = cause.source();
-            }
-            text
-        };
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("missing.toml");
-        let error = chain(Config::load(Some(&missing)).unwrap_err());
+        let error = chain(&Config::load(Some(&missing)).unwrap_err());
         assert!(
             error.contains("missing.toml") && error.contains("No such file"),
             "{error}"
@@ -484,7 +553,7 @@ mod tests {
 
         let typo = dir.path().join("typo.toml");
         std::fs::write(&typo, "[host]\nhtp = \"0.0.0.0:1\"\n").unwrap();
-        let error = chain(Config::load(Some(&typo)).unwrap_err());
+        let error = chain(&Config::load(Some(&typo)).unwrap_err());
         assert!(
             error.contains("typo.toml") && error.contains("htp"),
             "{error}"

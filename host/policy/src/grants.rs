@@ -38,6 +38,17 @@ impl std::fmt::Display for WriteVerb {
     }
 }
 
+/// Text that is not a read grant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{text:?} is not a read grant; write apiVersion/Kind (apps/v1/Deployment), GROUP/* \
+     (apps/*, core/*) or *"
+)]
+pub struct ReadGrantParseError {
+    /// The text.
+    pub text: String,
+}
+
 /// What a read grant names: one type, every type of an API group (any version), or every
 /// type.
 ///
@@ -55,7 +66,7 @@ pub enum ReadGrant {
 
 impl ReadGrant {
     /// `*`, `core/*`, `GROUP/*`, or a type (`v1/Secret`, `apps/v1/Deployment`).
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, ReadGrantParseError> {
         match text {
             "*" => Ok(Self::All),
             "core/*" => Ok(Self::Group(String::new())),
@@ -67,11 +78,8 @@ impl ReadGrant {
                     .ok()
                     .filter(|gvk| gvk.check().is_ok())
                     .map(Self::Type)
-                    .ok_or_else(|| {
-                        format!(
-                            "{text:?} is not a read grant; write apiVersion/Kind \
-                             (apps/v1/Deployment), GROUP/* (apps/*, core/*) or *"
-                        )
+                    .ok_or_else(|| ReadGrantParseError {
+                        text: text.to_owned(),
                     }),
             },
         }

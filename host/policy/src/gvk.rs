@@ -4,6 +4,14 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+/// Text that is not a resource type written `apiVersion/Kind`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not a type; write apiVersion/Kind, e.g. apps/v1/Deployment")]
+pub struct GvkParseError {
+    /// The text.
+    pub text: String,
+}
+
 /// A resource type by API group, version and kind, as plugins and grants name it.
 ///
 /// Contract: the core group is `""`; `Display` writes `v1/Pod` for the core group and
@@ -31,7 +39,7 @@ impl Gvk {
 
     /// `v1/Secret` or `apps/v1/Deployment`, as the configuration writes types; the error
     /// says what was expected.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, GvkParseError> {
         let parts: Vec<&str> = text.split('/').collect();
         match parts.as_slice() {
             [version, kind] if !version.is_empty() && !kind.is_empty() => {
@@ -42,9 +50,9 @@ impl Gvk {
             {
                 Ok(Self::new(group, version, kind))
             }
-            _ => Err(format!(
-                "{text:?} is not a type; write apiVersion/Kind, e.g. apps/v1/Deployment"
-            )),
+            _ => Err(GvkParseError {
+                text: text.to_owned(),
+            }),
         }
     }
 
@@ -87,7 +95,7 @@ mod tests {
     #[test]
     fn a_malformed_type_is_refused_saying_what_to_write() {
         for text in ["", "Pod", "v1/", "/v1/Pod", "a/b/c/d", "apps//Deployment"] {
-            let error = Gvk::parse(text).unwrap_err();
+            let error = Gvk::parse(text).unwrap_err().to_string();
             assert!(error.contains("write apiVersion/Kind"), "{text:?}: {error}");
         }
     }

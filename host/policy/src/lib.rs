@@ -18,6 +18,6 @@ mod grants;
 mod gvk;
 pub mod names;
 
-pub use grants::{Grants, ReadGrant, WriteVerb};
-pub use gvk::Gvk;
+pub use grants::{Grants, ReadGrant, ReadGrantParseError, WriteVerb};
+pub use gvk::{Gvk, GvkParseError};
 pub use names::NameError;

@@ -28,7 +28,8 @@ pub(crate) struct PluginSettings {
 
 /// The settings, grants, limits and pin of the section named like `file`'s stem
 /// (`label-audit.wasm` → `[plugins.label-audit]`), with `[defaults]` for what it leaves out;
-/// writes bounded to `namespace`, the host's.
+/// writes bounded to `namespace`, the host's. The error is text with every cause in it, as
+/// `LoadFailure::Settings` carries it.
 pub(crate) fn plugin_settings(
     config: &Config,
     file: &Path,
@@ -46,7 +47,9 @@ pub(crate) fn plugin_settings(
     let limits = config.limits_of(&stem);
     Ok(PluginSettings {
         settings,
-        grants: config.grants_of(&stem, namespace)?,
+        grants: config
+            .grants_of(&stem, namespace)
+            .map_err(|e| kubeplug_kube::config::error_chain(&e))?,
         limits: runtime_limits(&limits),
         sync_deadline: Duration::from_secs(limits.sync_deadline_s),
         buffer_budget: (limits.buffer_budget_mib as usize) << 20,
