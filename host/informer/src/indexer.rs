@@ -106,12 +106,17 @@ impl IndexSpec {
         }
     }
 
-    /// [`values`](Self::values), or why the index function panicked.
-    fn values_caught(&self, object: &Object) -> Result<Vec<String>, String> {
+    /// [`values`](Self::values) of the object `key`, or [`IndexerError::IndexFailed`] when
+    /// the index function panics on it.
+    fn values_caught(&self, key: &ObjectKey, object: &Object) -> Result<Vec<String>, IndexerError> {
         match self {
             Self::Custom { .. } => {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.values(object)))
-                    .map_err(|payload| crate::panic_message(payload.as_ref()))
+                    .map_err(|payload| IndexerError::IndexFailed {
+                        index: self.name(),
+                        key: key.to_string(),
+                        message: crate::panic_message(payload.as_ref()),
+                    })
             }
             _ => Ok(self.values(object)),
         }
@@ -186,14 +191,9 @@ impl Index {
         if self.failed.is_some() {
             return None;
         }
-        match self.spec.values_caught(object) {
+        match self.spec.values_caught(key, object) {
             Ok(values) => Some(values),
-            Err(message) => {
-                let failed = IndexerError::IndexFailed {
-                    index: self.spec.name(),
-                    key: key.to_string(),
-                    message,
-                };
+            Err(failed) => {
                 tracing::error!(error = %failed, "index dropped");
                 self.failed = Some(failed);
                 self.values.clear();

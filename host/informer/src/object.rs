@@ -73,6 +73,27 @@ pub enum DecodeError {
         /// What was wrong.
         reason: String,
     },
+    /// `metadata.ownerReferences` is not an array of JSON objects.
+    #[error("object {key}: metadata.ownerReferences is malformed")]
+    BadOwnerReferences {
+        /// The object's key.
+        key: String,
+        /// What the scanner found, at a byte offset into `ownerReferences`.
+        #[source]
+        source: ScanError,
+    },
+    /// An owner reference lacks a field, or has one of the wrong type.
+    #[error("object {key}: metadata.ownerReferences[{index}].{field} {reason}")]
+    BadOwnerReference {
+        /// The object's key.
+        key: String,
+        /// The reference's position in the array, from 0.
+        index: usize,
+        /// `apiVersion`, `kind`, `name`, `uid` or `controller`.
+        field: &'static str,
+        /// `is missing`, `is not a string` or `is not a boolean`.
+        reason: &'static str,
+    },
 }
 
 /// The cache key of an object: `namespace/name`, or `name` for cluster-scoped objects.
@@ -647,8 +668,7 @@ impl MetaFields<'_> {
             None => Labels::default(),
         };
         let owner_references = match self.owner_references {
-            Some(raw) => decode_owner_references(raw)
-                .map_err(|reason| bad_field("ownerReferences", &reason))?,
+            Some(raw) => decode_owner_references(&key, raw)?,
             None => Box::default(),
         };
         Ok(Object {
@@ -689,48 +709,63 @@ fn not_a_string(field: &'static str) -> DecodeError {
     }
 }
 
-fn decode_owner_references<'a>(raw: &'a str) -> Result<Box<[OwnerReference]>, String> {
+/// `metadata.ownerReferences` (`raw`) of the object `key`.
+fn decode_owner_references<'a>(
+    key: &ObjectKey,
+    raw: &'a str,
+) -> Result<Box<[OwnerReference]>, DecodeError> {
+    const STRINGS: [&str; 4] = ["apiVersion", "kind", "name", "uid"];
+    let malformed = |source| DecodeError::BadOwnerReferences {
+        key: key.to_string(),
+        source,
+    };
     let mut owners = Vec::new();
-    let mut elements = ArrayScanner::new(raw).map_err(|e| e.to_string())?;
-    while let Some(range) = elements.next_element().map_err(|e| e.to_string())? {
-        let element = &raw[range];
+    let mut elements = ArrayScanner::new(raw).map_err(malformed)?;
+    while let Some(range) = elements.next_element().map_err(malformed)? {
         let index = owners.len();
+        let bad = |field, reason| DecodeError::BadOwnerReference {
+            key: key.to_string(),
+            index,
+            field,
+            reason,
+        };
+        // The element's own offsets, made offsets into `raw`.
+        let start = range.start;
+        let malformed = |e: ScanError| {
+            malformed(ScanError {
+                at: start + e.at,
+                ..e
+            })
+        };
+        let element = &raw[range];
         let mut fields: [Option<Cow<'_, str>>; 4] = Default::default();
         let mut controller = false;
-        let mut members = ObjectScanner::new(element).map_err(|e| format!("[{index}]: {e}"))?;
-        while let Some((field, range)) = members
-            .next_member()
-            .map_err(|e| format!("[{index}]: {e}"))?
-        {
+        let mut members = ObjectScanner::new(element).map_err(malformed)?;
+        while let Some((field, range)) = members.next_member().map_err(malformed)? {
             let value = &element[range];
-            let slot = match &*field {
-                "apiVersion" => 0,
-                "kind" => 1,
-                "name" => 2,
-                "uid" => 3,
-                "controller" => {
-                    controller = match value {
-                        "true" => true,
-                        "false" | "null" => false,
-                        _ => return Err(format!("[{index}].controller is not a boolean")),
-                    };
-                    continue;
-                }
-                _ => continue,
+            if field == "controller" {
+                controller = match value {
+                    "true" => true,
+                    "false" | "null" => false,
+                    _ => return Err(bad("controller", "is not a boolean")),
+                };
+                continue;
+            }
+            let Some(slot) = STRINGS.iter().position(|name| *name == field) else {
+                continue;
             };
-            fields[slot] = Some(
-                string_value(value).ok_or_else(|| format!("[{index}].{field} is not a string"))?,
-            );
+            fields[slot] =
+                Some(string_value(value).ok_or_else(|| bad(STRINGS[slot], "is not a string"))?);
         }
         let [api_version, kind, name, uid] = fields;
-        let required = |value: Option<Cow<'a, str>>, field: &str| {
-            value.ok_or_else(|| format!("[{index}] has no {field}"))
+        let required = |value: Option<Cow<'a, str>>, slot: usize| {
+            value.ok_or_else(|| bad(STRINGS[slot], "is missing"))
         };
         owners.push(OwnerReference::new(
-            &required(api_version, "apiVersion")?,
-            &required(kind, "kind")?,
-            &required(name, "name")?,
-            &required(uid, "uid")?,
+            &required(api_version, 0)?,
+            &required(kind, 1)?,
+            &required(name, 2)?,
+            &required(uid, 3)?,
             controller,
         ));
     }

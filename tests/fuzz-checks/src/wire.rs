@@ -449,6 +449,16 @@ fn names_the_problem(error: &DecodeError, reference: Option<&Value>) {
                 );
             }
         }
+        DecodeError::BadOwnerReferences { .. } | DecodeError::BadOwnerReference { .. } => {
+            assert!(message.contains("metadata.ownerReferences"), "{message}");
+            if let Some(metadata) = metadata.filter(|m| m.is_object()) {
+                assert!(
+                    !metadata["ownerReferences"].is_null(),
+                    "the error names metadata.ownerReferences, which the object does not have: \
+                     {message}"
+                );
+            }
+        }
         // A variant added later fails here until its property is written above.
         other => panic!("a decode error this check does not know: {other}"),
     }

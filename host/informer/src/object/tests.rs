@@ -111,6 +111,42 @@ fn owner_references_generation_and_deletion() {
 }
 
 #[test]
+fn a_malformed_owner_reference_is_named_with_its_field() {
+    let owned = |owners: &str| {
+        let item = format!(
+            r#"{{"metadata":{{"name":"p","namespace":"n","resourceVersion":"7","ownerReferences":{owners}}}}}"#
+        );
+        pods().decode(item.as_bytes()).unwrap_err()
+    };
+    let whole = r#""apiVersion":"v1","kind":"Node","name":"a","uid":"u""#;
+    assert_eq!(
+        owned(&format!(r#"[{{{whole}}},{{{whole},"controller":"yes"}}]"#)),
+        DecodeError::BadOwnerReference {
+            key: "n/p".into(),
+            index: 1,
+            field: "controller",
+            reason: "is not a boolean"
+        }
+    );
+    let error = owned(r#"[{"apiVersion":"v1","kind":"Node","name":7}]"#);
+    assert_eq!(
+        error.to_string(),
+        "object n/p: metadata.ownerReferences[0].name is not a string"
+    );
+    let error = owned(r#"[{"apiVersion":"v1","kind":"Node","name":"a"}]"#);
+    assert_eq!(
+        error.to_string(),
+        "object n/p: metadata.ownerReferences[0].uid is missing"
+    );
+    // A scan error's offset is into the array, in its elements too.
+    let error = owned(&format!(r#"[{{{whole}}},  7]"#));
+    assert!(
+        matches!(&error, DecodeError::BadOwnerReferences { source, .. } if source.at == whole.len() + 6),
+        "{error:?}"
+    );
+}
+
+#[test]
 fn bad_input_names_the_problem() {
     let d = pods();
     assert!(matches!(
