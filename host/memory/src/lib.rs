@@ -34,6 +34,6 @@ mod timestamp;
 #[cfg(feature = "faults")]
 pub use faults::{Fault, Garbage};
 pub use feed::MemoryListerWatcher;
-pub use selectable::SelectableFields;
+pub use selectable::{SelectableFields, UnselectableField};
 pub use server::{Call, MemoryServer, ServerConfig, Written};
 pub use timestamp::creation_timestamp;

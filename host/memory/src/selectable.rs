@@ -40,6 +40,26 @@ fn parsed(path: &str) -> FieldPath {
     FieldPath::parse(path).expect("the tables' paths are valid")
 }
 
+/// A field selector naming a field the type does not select on, refused in kube-apiserver's
+/// words (a `400 BadRequest`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnselectableField {
+    /// The type has no selectable fields of its own: the generic conversion's words.
+    #[error(
+        "{field:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+    )]
+    NotKnown {
+        /// The field.
+        field: String,
+    },
+    /// The type has fields of its own: its conversion function's words.
+    #[error("field label not supported: {field}")]
+    NotSupported {
+        /// The field.
+        field: String,
+    },
+}
+
 /// One type's selectable fields beyond the key's: each name in selectors, and where its value
 /// is read. Parsed once per process, on first use: selectors are matched per object and per
 /// watch event.
@@ -192,20 +212,17 @@ impl SelectableFields {
         }
     }
 
-    /// `selector`, or the message kube-apiserver refuses it with (a `400 BadRequest`).
-    pub fn check(&self, selector: &FieldSelector) -> Result<(), String> {
+    /// Whether the type selects on every field `selector` names; the error names the first
+    /// it does not.
+    pub fn check(&self, selector: &FieldSelector) -> Result<(), UnselectableField> {
         let Some(lacking) = selector.fields().into_iter().find(|field| !self.has(field)) else {
             return Ok(());
         };
-        // Types with fields of their own refuse in their conversion function's words, the
-        // others in the generic conversion's.
+        let field = lacking.to_owned();
         Err(if self.fields.is_empty() {
-            format!(
-                "{lacking:?} is not a known field selector: only \"metadata.name\", \
-                 \"metadata.namespace\""
-            )
+            UnselectableField::NotKnown { field }
         } else {
-            format!("field label not supported: {lacking}")
+            UnselectableField::NotSupported { field }
         })
     }
 
@@ -300,21 +317,23 @@ mod tests {
             pods.check(&selector("spec.nodeName=n1,metadata.name=a")),
             Ok(())
         );
+        let refused = |fields: SelectableFields, text| fields.check(&selector(text)).unwrap_err();
         assert_eq!(
-            pods.check(&selector("status.phase=x,spec.x=y,spec.a=b")),
-            Err("field label not supported: spec.a".to_owned())
+            refused(pods, "status.phase=x,spec.x=y,spec.a=b").to_string(),
+            "field label not supported: spec.a"
         );
         let maps = SelectableFields::of(&Resource::new("", "v1", "ConfigMap", "configmaps", true));
         assert_eq!(
-            maps.check(&selector("data.x=y")),
-            Err(r#""data.x" is not a known field selector: only "metadata.name", "metadata.namespace""#
-                .to_owned())
+            refused(maps, "data.x=y").to_string(),
+            r#""data.x" is not a known field selector: only "metadata.name", "metadata.namespace""#
         );
         let namespaces =
             SelectableFields::of(&Resource::new("", "v1", "Namespace", "namespaces", false));
         assert_eq!(
-            namespaces.check(&selector("metadata.namespace=x")),
-            Err("field label not supported: metadata.namespace".to_owned())
+            refused(namespaces, "metadata.namespace=x"),
+            UnselectableField::NotSupported {
+                field: "metadata.namespace".to_owned()
+            }
         );
         assert_eq!(namespaces.check(&selector("status.phase=Active")), Ok(()));
     }

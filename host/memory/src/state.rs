@@ -130,7 +130,7 @@ impl Filter {
             Some(fields) => self
                 .selectable
                 .check(fields)
-                .map_err(|message| SourceError::status(bad_request(message))),
+                .map_err(|refused| SourceError::status(bad_request(refused.to_string()))),
             None => Ok(()),
         }
     }
