@@ -5,12 +5,40 @@
 
 use serde_json::{Map, Value};
 
+/// Why a patch does not apply: a `422 Invalid`.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PatchError {
+    /// The JSON patch is not a list of RFC 6902 operations.
+    #[error("the JSON patch is malformed")]
+    Malformed(#[source] serde_json::Error),
+    /// An operation of the JSON patch failed: which one, at which path, and why.
+    #[error(transparent)]
+    Failed(#[from] json_patch::PatchError),
+    /// A server-side apply names no field manager.
+    #[error(
+        "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required \
+         for apply patch"
+    )]
+    NoFieldManager,
+}
+
+impl PatchError {
+    /// The message of the `422` answer: the error with its cause, in one line as
+    /// kube-apiserver writes it.
+    pub(crate) fn message(&self) -> String {
+        match self {
+            Self::Malformed(cause) => format!("{self}: {cause}"),
+            Self::Failed(_) | Self::NoFieldManager => self.to_string(),
+        }
+    }
+}
+
 /// Applies an RFC 6902 JSON patch; the error says which operation failed, as the API
 /// server's 422 does.
-pub(crate) fn json_patch(target: &mut Value, patch: &Value) -> Result<(), String> {
-    let patch: json_patch::Patch = serde_json::from_value(patch.clone())
-        .map_err(|e| format!("the JSON patch is malformed: {e}"))?;
-    json_patch::patch(target, &patch).map_err(|e| e.to_string())
+pub(crate) fn json_patch(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
+    let patch: json_patch::Patch =
+        serde_json::from_value(patch.clone()).map_err(PatchError::Malformed)?;
+    Ok(json_patch::patch(target, &patch)?)
 }
 
 /// The `fieldsV1` set of an applied configuration: every member path as `f:<name>`, with
@@ -67,9 +95,16 @@ mod tests {
         .unwrap();
         assert_eq!(doc, json!({"spec": {"list": [2, 3]}, "y": 2}));
         let error = json_patch(&mut doc, &json!([{"op": "test", "path": "/y", "value": 9}]));
-        assert!(error.unwrap_err().contains("/y"));
-        let error = json_patch(&mut doc, &json!([{"op": "explode", "path": "/y"}]));
-        assert!(error.unwrap_err().contains("malformed"));
+        let error = error.unwrap_err();
+        assert!(matches!(error, PatchError::Failed(_)), "{error:?}");
+        assert!(error.message().contains("/y"), "{error}");
+        let error = json_patch(&mut doc, &json!([{"op": "explode", "path": "/y"}])).unwrap_err();
+        assert!(matches!(error, PatchError::Malformed(_)), "{error:?}");
+        let message = error.message();
+        assert!(
+            message.starts_with("the JSON patch is malformed: ") && message.contains("explode"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -466,7 +466,7 @@ fn negotiate(
         (Shape::Table, Some(printer)) => {
             match IncludeObject::parse(query.get("includeObject").map(String::as_str)) {
                 Ok(include) => (Form::Full, Some(TableOf { printer, include })),
-                Err(message) => return Err(error(400, message)),
+                Err(unknown) => return Err(error(400, unknown.to_string())),
             }
         }
         (Shape::Objects(form), _) => (form, None),

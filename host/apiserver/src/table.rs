@@ -29,19 +29,24 @@ pub(crate) enum IncludeObject {
     Object,
 }
 
+/// An `includeObject` query parameter that is none of the three values: a `400`.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("includeObject: {value:?} is not one of None, Metadata or Object")]
+pub(crate) struct UnknownIncludeObject {
+    /// The value, cut to 40 characters.
+    value: String,
+}
+
 impl IncludeObject {
     /// From the `includeObject` query parameter; absent or empty is `Metadata`.
-    pub(crate) fn parse(value: Option<&str>) -> Result<Self, String> {
+    pub(crate) fn parse(value: Option<&str>) -> Result<Self, UnknownIncludeObject> {
         match value {
             None | Some("" | "Metadata") => Ok(Self::Metadata),
             Some("None") => Ok(Self::None),
             Some("Object") => Ok(Self::Object),
-            Some(other) => {
-                let other: String = other.chars().take(40).collect();
-                Err(format!(
-                    "includeObject: {other:?} is not one of None, Metadata or Object"
-                ))
-            }
+            Some(other) => Err(UnknownIncludeObject {
+                value: other.chars().take(40).collect(),
+            }),
         }
     }
 }

@@ -10,7 +10,7 @@ use kubeplug_policy::names::is_dns_subdomain;
 use serde_json::{Value, json};
 
 use super::{Body, Ctx, error, full, status_response, with_kind};
-use crate::patch;
+use crate::patch::{self, PatchError};
 
 impl Ctx<'_> {
     /// The body as an object with the path's name and namespace checked and filled in.
@@ -241,8 +241,8 @@ impl Ctx<'_> {
                             );
                         }
                     };
-                    if let Err(message) = patched {
-                        return error(422, message);
+                    if let Err(failed) = patched {
+                        return error(422, failed.message());
                     }
                     next["metadata"]["name"] = json!(self.path.name.clone().unwrap_or_default());
                     if let Some(ns) = self.namespace() {
@@ -273,12 +273,12 @@ impl Ctx<'_> {
     }
 
     /// Adds or replaces the `Apply` managedFields entry of the request's field manager.
-    fn record_apply(&self, object: &mut Value, applied: &Value) -> Result<(), String> {
+    fn record_apply(&self, object: &mut Value, applied: &Value) -> Result<(), PatchError> {
         let manager = self
             .query
             .get("fieldManager")
             .filter(|m| !m.is_empty())
-            .ok_or_else(|| "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch".to_owned())?;
+            .ok_or(PatchError::NoFieldManager)?;
         let entry = json!({"manager": manager, "operation": "Apply", "apiVersion": self.resource.api_version(),
             "time": creation_timestamp(), "fieldsType": "FieldsV1", "fieldsV1": patch::fields_v1(applied)});
         let fields = &mut object["metadata"]["managedFields"];
@@ -303,8 +303,8 @@ impl Ctx<'_> {
         if !is_dns_subdomain(&name) {
             return self.invalid_name(&name, "metadata.name");
         }
-        if let Err(message) = self.record_apply(&mut object, applied) {
-            return error(422, message);
+        if let Err(failed) = self.record_apply(&mut object, applied) {
+            return error(422, failed.message());
         }
         object["metadata"]["creationTimestamp"] = json!(creation_timestamp());
         let object = Endpoint::Object.stored(None, object);

@@ -331,6 +331,8 @@ fn include_object_takes_the_three_values_and_names_a_wrong_one() {
         Ok(IncludeObject::Object)
     );
     assert_eq!(IncludeObject::parse(Some("None")), Ok(IncludeObject::None));
-    let error = IncludeObject::parse(Some("Everything")).unwrap_err();
+    let error = IncludeObject::parse(Some("Everything"))
+        .unwrap_err()
+        .to_string();
     assert!(error.contains("\"Everything\""), "{error}");
 }
