@@ -92,8 +92,9 @@ impl InCluster {
             .map_err(|e| unavailable(format!("bad address {address}: {e}")))?;
         let ca = std::fs::read(&self.ca_file)
             .map_err(|e| unavailable(format!("CA file {}: {e}", self.ca_file.display())))?;
-        let ca_der = pem_certificates(&ca).map_err(|reason| {
-            unavailable(format!("CA file {}: {reason}", self.ca_file.display()))
+        let ca_der = pem_certificates(&ca).map_err(|source| ConfigError::InClusterCaInvalid {
+            path: self.ca_file.clone(),
+            source,
         })?;
         std::fs::metadata(&self.token_file)
             .map_err(|e| unavailable(format!("token file {}: {e}", self.token_file.display())))?;
@@ -118,22 +119,39 @@ impl InCluster {
     }
 }
 
+/// Why a CA bundle gives no certificates.
+#[derive(Debug, thiserror::Error)]
+pub enum PemError {
+    /// The bundle is not text.
+    #[error(transparent)]
+    NotText(#[from] std::str::Utf8Error),
+    /// A `BEGIN CERTIFICATE` line without its `END CERTIFICATE`.
+    #[error("unterminated certificate")]
+    Unterminated,
+    /// A certificate's body is not base64.
+    #[error("bad base64 in certificate")]
+    BadBase64,
+    /// No `BEGIN CERTIFICATE` line.
+    #[error("no certificate found")]
+    NoCertificate,
+}
+
 /// The DER certificates of a PEM bundle.
-fn pem_certificates(pem: &[u8]) -> Result<Vec<Vec<u8>>, String> {
-    let text = std::str::from_utf8(pem).map_err(|_| "not PEM text".to_owned())?;
+fn pem_certificates(pem: &[u8]) -> Result<Vec<Vec<u8>>, PemError> {
+    let text = std::str::from_utf8(pem)?;
     let mut out = Vec::new();
     let mut rest = text;
     while let Some(start) = rest.find("-----BEGIN CERTIFICATE-----") {
         let body = &rest[start + "-----BEGIN CERTIFICATE-----".len()..];
         let end = body
             .find("-----END CERTIFICATE-----")
-            .ok_or_else(|| "unterminated certificate".to_owned())?;
+            .ok_or(PemError::Unterminated)?;
         let b64: String = body[..end].chars().filter(|c| !c.is_whitespace()).collect();
-        out.push(base64_decode(&b64).ok_or_else(|| "bad base64 in certificate".to_owned())?);
+        out.push(base64_decode(&b64).ok_or(PemError::BadBase64)?);
         rest = &body[end..];
     }
     if out.is_empty() {
-        return Err("no certificate found".to_owned());
+        return Err(PemError::NoCertificate);
     }
     Ok(out)
 }
@@ -219,6 +237,18 @@ pub enum ConfigError {
         /// Why.
         reason: String,
     },
+    /// The in-cluster CA file gives no certificates.
+    #[error(
+        "no in-cluster configuration: CA file {} is not a PEM certificate bundle",
+        path.display()
+    )]
+    InClusterCaInvalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: PemError,
+    },
     /// Neither a kubeconfig nor the in-cluster configuration was found.
     #[error(
         "no Kubernetes configuration: kubeconfig ({kubeconfig}); in-cluster ({in_cluster}). \
@@ -275,8 +305,8 @@ impl ConfigSource {
                     Ok(loaded) => Ok(loaded),
                     Err(kubeconfig) => InCluster::from_env().load().map_err(|in_cluster| {
                         ConfigError::NothingFound {
-                            kubeconfig: kubeconfig.to_string(),
-                            in_cluster: in_cluster.to_string(),
+                            kubeconfig: error_chain(&kubeconfig),
+                            in_cluster: error_chain(&in_cluster),
                         }
                     }),
                 }
@@ -459,6 +489,31 @@ mod tests {
             error.to_string().contains("/nonexistent/kubeconfig"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn an_unusable_ca_file_is_named_with_its_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let in_cluster =
+            InCluster::with_dir(Some("10.0.0.1".into()), Some("443".into()), dir.path());
+        for (content, problem) in [
+            (&b"\xff"[..], "invalid utf-8"),
+            (b"", "no certificate found"),
+            (
+                b"-----BEGIN CERTIFICATE-----\nAAAA\n",
+                "unterminated certificate",
+            ),
+        ] {
+            std::fs::write(&in_cluster.ca_file, content).unwrap();
+            let error = in_cluster.load().unwrap_err();
+            assert!(
+                matches!(&error, ConfigError::InClusterCaInvalid { path, .. }
+                    if *path == in_cluster.ca_file),
+                "{error:?}"
+            );
+            let chain = error_chain(&error);
+            assert!(chain.contains(problem), "{chain}");
+        }
     }
 
     #[test]

@@ -25,7 +25,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::{ListPage, Status, WatchEvent};
-use kubeplug_json::{ObjectScanner, string_value, utf8};
+use kubeplug_json::{ObjectScanner, ScanError, string_value, utf8};
 use serde::Deserialize;
 
 /// The longest watch line accepted: 16 MiB. etcd refuses values over 1.5 MiB by default and
@@ -34,7 +34,7 @@ use serde::Deserialize;
 pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Why a piece of the wire format could not be decoded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum WireError {
     /// A watch line grew past the bound without a newline.
     #[error("a watch line is longer than {limit} bytes without a newline; the stream is broken")]
@@ -43,10 +43,11 @@ pub enum WireError {
         limit: usize,
     },
     /// A watch line is not a `{"type":…,"object":…}` envelope.
-    #[error("watch line is not an event envelope ({reason}): {snippet}")]
+    #[error("watch line is not an event envelope: {snippet}")]
     BadEnvelope {
         /// What was wrong.
-        reason: String,
+        #[source]
+        reason: Malformed,
         /// The start of the line.
         snippet: String,
     },
@@ -60,15 +61,55 @@ pub enum WireError {
     #[error("watch ERROR event whose object is not a Status: {0}")]
     BadErrorObject(String),
     /// A list answer that is not a `<Kind>List` with `metadata` and `items`.
-    #[error("list answer is not a {expected} ({reason}): {snippet}")]
+    #[error("list answer is not a {expected}: {snippet}")]
     BadList {
         /// `<Kind>List`.
         expected: String,
         /// What was wrong.
-        reason: String,
+        #[source]
+        reason: Malformed,
         /// The start of the body.
         snippet: String,
     },
+}
+
+/// What is wrong with a watch line's envelope or a list body: the reason of
+/// [`WireError::BadEnvelope`] and [`WireError::BadList`].
+#[derive(Debug, thiserror::Error)]
+pub enum Malformed {
+    /// Not UTF-8.
+    #[error(transparent)]
+    NotUtf8(#[from] std::str::Utf8Error),
+    /// Not a JSON object, or one cut short.
+    #[error(transparent)]
+    NotJson(#[from] ScanError),
+    /// A member appears twice: readers disagree on which one counts.
+    #[error("duplicate field `{0}`")]
+    DuplicateField(&'static str),
+    /// A member is missing.
+    #[error("missing field `{0}`")]
+    MissingField(&'static str),
+    /// A member that must be a string is not one.
+    #[error("{0} is not a string")]
+    NotAString(&'static str),
+    /// `items` is neither an array nor `null`.
+    #[error("items: expected '[' or null")]
+    ItemsNotAnArray,
+    /// `items` does not scan.
+    #[error("items")]
+    BadItems(#[source] ScanError),
+    /// The list is of another kind.
+    #[error("its kind is {0:?}")]
+    WrongKind(String),
+    /// The list has no `kind`.
+    #[error("it has no kind")]
+    NoKind,
+    /// `metadata` is not a list's metadata.
+    #[error("metadata")]
+    BadMetadata(#[source] serde_json::Error),
+    /// `metadata.resourceVersion` is missing or empty.
+    #[error("it has no metadata.resourceVersion")]
+    NoResourceVersion,
 }
 
 /// The first bytes of `bytes` as text, for error messages.
@@ -175,9 +216,9 @@ struct StatusBody {
     message: Option<String>,
 }
 
-/// The value of the JSON string `raw`, or why it is not one.
-fn json_string<'a>(raw: &'a str, field: &str) -> Result<Cow<'a, str>, String> {
-    string_value(raw).ok_or_else(|| format!("{field} is not a string"))
+/// The value of the JSON string `raw`, the member `field`.
+fn json_string<'a>(raw: &'a str, field: &'static str) -> Result<Cow<'a, str>, Malformed> {
+    string_value(raw).ok_or(Malformed::NotAString(field))
 }
 
 /// The members of the object `text` that `wanted` names, as byte ranges of their values;
@@ -185,11 +226,11 @@ fn json_string<'a>(raw: &'a str, field: &str) -> Result<Cow<'a, str>, String> {
 /// readers disagree on which one counts.
 fn members<const N: usize>(
     text: &str,
-    wanted: [&str; N],
-) -> Result<[Option<Range<usize>>; N], String> {
+    wanted: [&'static str; N],
+) -> Result<[Option<Range<usize>>; N], Malformed> {
     let mut found = [const { None }; N];
     walk_members(text, wanted, |slot, scanner| {
-        found[slot] = Some(scanner.skip_value().map_err(|e| e.to_string())?);
+        found[slot] = Some(scanner.skip_value()?);
         Ok(())
     })?;
     Ok(found)
@@ -202,22 +243,20 @@ fn members<const N: usize>(
 /// counts.
 fn walk_members<const N: usize>(
     text: &str,
-    wanted: [&str; N],
-    mut visit: impl FnMut(usize, &mut ObjectScanner<'_>) -> Result<(), String>,
-) -> Result<(), String> {
+    wanted: [&'static str; N],
+    mut visit: impl FnMut(usize, &mut ObjectScanner<'_>) -> Result<(), Malformed>,
+) -> Result<(), Malformed> {
     let mut seen = [false; N];
-    let mut scanner = ObjectScanner::new(text).map_err(|e| e.to_string())?;
-    while let Some(key) = scanner.next_key().map_err(|e| e.to_string())? {
+    let mut scanner = ObjectScanner::new(text)?;
+    while let Some(key) = scanner.next_key()? {
         match wanted.iter().position(|name| *name == key) {
-            Some(slot) if seen[slot] => {
-                return Err(format!("duplicate field `{}`", wanted[slot]));
-            }
+            Some(slot) if seen[slot] => return Err(Malformed::DuplicateField(wanted[slot])),
             Some(slot) => {
                 seen[slot] = true;
                 visit(slot, &mut scanner)?;
             }
             None => {
-                scanner.skip_value().map_err(|e| e.to_string())?;
+                scanner.skip_value()?;
             }
         }
     }
@@ -230,18 +269,17 @@ fn list_items(
     scanner: &mut ObjectScanner<'_>,
     body: &Bytes,
     text: &str,
-) -> Result<Vec<Bytes>, String> {
-    let items_error = |e: kubeplug_json::ScanError| format!("items: {e}");
+) -> Result<Vec<Bytes>, Malformed> {
     if !text[scanner.position()..].starts_with('[') {
-        let value = scanner.skip_value().map_err(items_error)?;
+        let value = scanner.skip_value().map_err(Malformed::BadItems)?;
         return match &text[value] {
             "null" => Ok(Vec::new()),
-            _ => Err("items: expected '[' or null".to_owned()),
+            _ => Err(Malformed::ItemsNotAnArray),
         };
     }
-    let mut elements = scanner.enter_array().map_err(items_error)?;
+    let mut elements = scanner.enter_array().map_err(Malformed::BadItems)?;
     let mut items = Vec::new();
-    while let Some(item) = elements.next_element().map_err(items_error)? {
+    while let Some(item) = elements.next_element().map_err(Malformed::BadItems)? {
         items.push(body.slice_ref(text[item].as_bytes()));
     }
     scanner.leave_array(elements);
@@ -267,7 +305,7 @@ pub fn decode_watch_line(line: &Bytes) -> Result<WatchEvent, WireError> {
     if let Some(event) = object_last(line) {
         return Ok(event);
     }
-    let text = utf8(line).map_err(|e| bad_envelope(line)(e.to_string()))?;
+    let text = utf8(line).map_err(|e| bad_envelope(line)(e.into()))?;
     decode_envelope(line, text)
 }
 
@@ -316,7 +354,7 @@ fn trim_json_white_space(bytes: &[u8]) -> &[u8] {
 }
 
 /// The error for a watch line that is not an envelope, for `reason`.
-fn bad_envelope(line: &[u8]) -> impl Fn(String) -> WireError + Copy + '_ {
+fn bad_envelope(line: &[u8]) -> impl Fn(Malformed) -> WireError + Copy + '_ {
     |reason| WireError::BadEnvelope {
         reason,
         snippet: snippet(line),
@@ -329,11 +367,11 @@ fn decode_envelope(line: &Bytes, text: &str) -> Result<WatchEvent, WireError> {
     let bad = bad_envelope(line);
     let [kind, object] = members(text, ["type", "object"]).map_err(bad)?;
     let kind = json_string(
-        &text[kind.ok_or_else(|| bad("missing field `type`".into()))?],
+        &text[kind.ok_or_else(|| bad(Malformed::MissingField("type")))?],
         "type",
     )
     .map_err(bad)?;
-    let object = &text[object.ok_or_else(|| bad("missing field `object`".into()))?];
+    let object = &text[object.ok_or_else(|| bad(Malformed::MissingField("object")))?];
     let object_bytes = || line.slice_ref(object.as_bytes());
     match &*kind {
         "ADDED" => Ok(WatchEvent::Added(object_bytes())),
@@ -401,19 +439,19 @@ pub fn decode_list(
     metadata_form: bool,
 ) -> Result<(ListPage, ListForm), WireError> {
     let expected = format!("{}List", resource.kind);
-    let bad = |reason: String| WireError::BadList {
+    let bad = |reason| WireError::BadList {
         expected: expected.clone(),
         reason,
         snippet: snippet(body),
     };
-    let text = utf8(body).map_err(|e| bad(e.to_string()))?;
+    let text = utf8(body).map_err(|e| bad(e.into()))?;
     // `items` is entered in place: skipping it to find its range and then walking its
     // elements would scan every item once more before the decoder's own scan.
     let (mut kind, mut metadata, mut items) = (None, None, Vec::new());
     walk_members(text, ["kind", "metadata", "items"], |slot, scanner| {
         match slot {
-            0 => kind = Some(scanner.skip_value().map_err(|e| e.to_string())?),
-            1 => metadata = Some(scanner.skip_value().map_err(|e| e.to_string())?),
+            0 => kind = Some(scanner.skip_value()?),
+            1 => metadata = Some(scanner.skip_value()?),
             _ => items = list_items(scanner, body, text)?,
         }
         Ok(())
@@ -426,16 +464,16 @@ pub fn decode_list(
     let form = match kind.as_deref() {
         Some(kind) if kind == expected => ListForm::Objects,
         Some(METADATA_LIST_KIND) if metadata_form => ListForm::Metadata,
-        Some(kind) => return Err(bad(format!("its kind is {kind:?}"))),
-        None => return Err(bad("it has no kind".to_owned())),
+        Some(kind) => return Err(bad(Malformed::WrongKind(kind.to_owned()))),
+        None => return Err(bad(Malformed::NoKind)),
     };
-    let metadata = metadata.ok_or_else(|| bad("missing field `metadata`".to_owned()))?;
+    let metadata = metadata.ok_or_else(|| bad(Malformed::MissingField("metadata")))?;
     let metadata: ListMeta =
-        serde_json::from_str(&text[metadata]).map_err(|e| bad(format!("metadata: {e}")))?;
+        serde_json::from_str(&text[metadata]).map_err(|e| bad(Malformed::BadMetadata(e)))?;
     let resource_version = metadata
         .resource_version
         .filter(|rv| !rv.is_empty())
-        .ok_or_else(|| bad("it has no metadata.resourceVersion".to_owned()))?;
+        .ok_or_else(|| bad(Malformed::NoResourceVersion))?;
     let page = ListPage {
         items,
         resource_version,
@@ -501,6 +539,14 @@ mod tests {
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
         (code, headers, Bytes::from(body.to_owned()))
+    }
+
+    /// `error` and its sources, joined by `: ` as the reflector's log shows them.
+    fn chain(error: &dyn std::error::Error) -> String {
+        std::iter::successors(Some(error), |e| e.source())
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(": ")
     }
 
     fn configmaps() -> Resource {
@@ -696,8 +742,10 @@ mod tests {
         ] {
             let error = decode_watch_line(&Bytes::copy_from_slice(line)).unwrap_err();
             assert!(
-                matches!(&error, WireError::BadEnvelope { reason: r, .. } if r.contains(reason)),
-                "{error}"
+                matches!(&error, WireError::BadEnvelope { reason: r, .. }
+                    if chain(r).contains(reason)),
+                "{}",
+                chain(&error)
             );
         }
 
@@ -721,8 +769,9 @@ mod tests {
         ] {
             let error = list(body).unwrap_err();
             assert!(
-                matches!(&error, WireError::BadList { reason: r, .. } if r.contains(reason)),
-                "{error}"
+                matches!(&error, WireError::BadList { reason: r, .. } if chain(r).contains(reason)),
+                "{}",
+                chain(&error)
             );
         }
     }
