@@ -17,23 +17,24 @@ use crate::listener::{ListenerId, ListenerReceiver};
 use crate::object::{Object, ObjectDecoder};
 use crate::reflector::{ReflectorConfig, WatchErrorHandler};
 use crate::resource::Resource;
-use crate::selector::{FieldSelector, LabelSelector, SelectorError};
+use crate::selector::{FieldSelector, LabelSelector};
 use crate::source::ListerWatcher;
 
 /// What identifies a shared informer: N handlers with the same key cost one watch.
 ///
-/// The factory compares keys by the canonical text of their selectors
-/// ([`canonical`](Self::canonical)): `a=b,c=d` and `c=d, a=b` name one informer.
+/// Its selectors are parsed values, kept in canonical form (requirements sorted and
+/// deduplicated), so `a=b,c=d` and `c=d, a=b` name one informer and nobody parses a
+/// selector twice; an empty selector selects everything.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct InformerKey {
     /// The resource watched.
     pub resource: Resource,
     /// Only this namespace; `None` for all namespaces (or a cluster-scoped resource).
     pub namespace: Option<String>,
-    /// A label selector in Kubernetes syntax.
-    pub label_selector: Option<String>,
-    /// A field selector in Kubernetes syntax.
-    pub field_selector: Option<String>,
+    /// Only objects whose labels match.
+    pub labels: LabelSelector,
+    /// Only objects whose fields match.
+    pub fields: FieldSelector,
 }
 
 impl InformerKey {
@@ -42,38 +43,9 @@ impl InformerKey {
         Self {
             resource,
             namespace: None,
-            label_selector: None,
-            field_selector: None,
+            labels: LabelSelector::everything(),
+            fields: FieldSelector::everything(),
         }
-    }
-
-    /// The same key with each selector in its canonical text (requirements sorted and
-    /// deduplicated, the API server's syntax), and an empty selector as none; an error when
-    /// a selector does not parse.
-    pub fn canonical(&self) -> Result<Self, FactoryError> {
-        let invalid = |source| FactoryError::InvalidSelector {
-            key: self.to_string(),
-            source,
-        };
-        let canonical = |text: &Option<String>,
-                         parse: fn(&str) -> Result<String, SelectorError>| {
-            text.as_deref()
-                .map(parse)
-                .transpose()
-                .map(|text| text.filter(|text| !text.is_empty()))
-        };
-        Ok(Self {
-            resource: self.resource.clone(),
-            namespace: self.namespace.clone(),
-            label_selector: canonical(&self.label_selector, |text| {
-                LabelSelector::parse(text).map(|s| s.to_string())
-            })
-            .map_err(invalid)?,
-            field_selector: canonical(&self.field_selector, |text| {
-                FieldSelector::parse(text).map(|s| s.to_string())
-            })
-            .map_err(invalid)?,
-        })
     }
 }
 
@@ -83,11 +55,11 @@ impl fmt::Display for InformerKey {
         if let Some(ns) = &self.namespace {
             write!(f, " in {ns}")?;
         }
-        if let Some(labels) = &self.label_selector {
-            write!(f, " labels {labels:?}")?;
+        if !self.labels.is_empty() {
+            write!(f, " labels {:?}", self.labels.to_string())?;
         }
-        if let Some(fields) = &self.field_selector {
-            write!(f, " fields {fields:?}")?;
+        if !self.fields.is_empty() {
+            write!(f, " fields {:?}", self.fields.to_string())?;
         }
         Ok(())
     }
@@ -97,15 +69,6 @@ impl fmt::Display for InformerKey {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FactoryError {
-    /// A selector of the key does not parse.
-    #[error("cannot watch {key}: {source}")]
-    InvalidSelector {
-        /// What was asked for.
-        key: String,
-        /// Why the selector was refused.
-        #[source]
-        source: SelectorError,
-    },
     /// The source refuses a selector of the key: it does not parse there, or names a field
     /// the type does not select on. The asker's mistake: asking again gets the same answer.
     #[error("cannot watch {key}: {reason}")]
@@ -304,7 +267,6 @@ impl SharedInformerFactory {
         key: InformerKey,
         options: HandlerOptions,
     ) -> Result<Subscription, FactoryError> {
-        let key = key.canonical()?;
         let needs = match options.metadata_only {
             true => Needs::Metadata,
             false => Needs::Bodies,
@@ -327,7 +289,6 @@ impl SharedInformerFactory {
     /// readers of its cache, who need what `needs` says. Must be called within a tokio
     /// runtime.
     pub fn lease(&self, key: InformerKey, needs: Needs) -> Result<InformerLease, FactoryError> {
-        let key = key.canonical()?;
         let informer = self.inner.acquire(&key, needs)?;
         Ok(InformerLease {
             informer,
@@ -339,11 +300,10 @@ impl SharedInformerFactory {
 
     /// The running informer for `key`, if any.
     pub fn informer(&self, key: &InformerKey) -> Option<SharedIndexInformer> {
-        let key = key.canonical().ok()?;
-        self.inner.informers().get(&key).map(|s| s.informer.clone())
+        self.inner.informers().get(key).map(|s| s.informer.clone())
     }
 
-    /// Keys of the running informers, selectors in their canonical text.
+    /// Keys of the running informers.
     pub fn keys(&self) -> Vec<InformerKey> {
         self.inner.informers().keys().cloned().collect()
     }

@@ -275,8 +275,6 @@ async fn kubeplug_sync(mode: InitialListMode, metadata: bool, target: &Target) -
         client,
         resource.clone(),
         Some(target.namespace.clone()),
-        None,
-        None,
         KubeSourceOptions::default(),
     );
     let config = ReflectorConfig {

@@ -58,8 +58,6 @@ async fn sync_once(
         client.clone(),
         resource.clone(),
         None,
-        None,
-        None,
         KubeSourceOptions::default(),
     );
     let config = ReflectorConfig {

@@ -16,6 +16,7 @@ use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use kube::client::Body;
 use kubeplug_informer::resource::Resource;
+use kubeplug_informer::selector::{FieldSelector, LabelSelector};
 use kubeplug_informer::source::{
     ListPage, ListRequest, ListerWatcher, SourceError, Status, WatchEvent, WatchRequest,
     WatchStream,
@@ -94,7 +95,7 @@ impl Default for KubeSourceOptions {
 ///
 /// let client = KubeClient::from_source(&ConfigSource::Infer).await?;
 /// let pods = Resource::new("", "v1", "Pod", "pods", true);
-/// let lw = KubeListerWatcher::new(client, pods, Some("default".into()), None, None, KubeSourceOptions::default());
+/// let lw = KubeListerWatcher::new(client, pods, Some("default".into()), KubeSourceOptions::default());
 /// # let _ = lw; Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -103,6 +104,7 @@ pub struct KubeListerWatcher {
     resource: Resource,
     /// `/api/v1[/namespaces/{ns}]/{plural}` (or `/apis/{group}/{version}/…`).
     path: String,
+    /// The selectors' text as sent; `None` for one that selects everything.
     label_selector: Option<String>,
     field_selector: Option<String>,
     options: KubeSourceOptions,
@@ -133,26 +135,32 @@ impl fmt::Debug for KubeListerWatcher {
 }
 
 impl KubeListerWatcher {
-    /// A lister-watcher of `resource` in `namespace` (all namespaces when `None`), with
-    /// selectors in Kubernetes syntax (passed to the server as they are).
+    /// A lister-watcher of every object of `resource` in `namespace` (all namespaces when
+    /// `None`).
     pub fn new(
         client: KubeClient,
         resource: Resource,
         namespace: Option<String>,
-        label_selector: Option<String>,
-        field_selector: Option<String>,
         options: KubeSourceOptions,
     ) -> Self {
         Self {
             path: collection_path(&resource, namespace.as_deref()),
             client,
             resource,
-            label_selector: label_selector.filter(|s| !s.is_empty()),
-            field_selector: field_selector.filter(|s| !s.is_empty()),
+            label_selector: None,
+            field_selector: None,
             options,
             metadata_only: false,
             told_whole_objects: Arc::default(),
         }
+    }
+
+    /// Lists and watches only the objects `labels` and `fields` select, as the server
+    /// decides: their canonical text is sent as `labelSelector` and `fieldSelector`.
+    pub fn selecting(mut self, labels: &LabelSelector, fields: &FieldSelector) -> Self {
+        self.label_selector = (!labels.is_empty()).then(|| labels.to_string());
+        self.field_selector = (!fields.is_empty()).then(|| fields.to_string());
+        self
     }
 
     /// Asks for objects as `meta.k8s.io/v1` `PartialObjectMetadata` (metadata with

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use kubeplug_informer::factory::{FactoryError, InformerKey, SourceProvider};
-use kubeplug_informer::selector::{FieldSelector, LabelSelector};
 use kubeplug_informer::source::ListerWatcher;
 
 use crate::config::KubeClient;
@@ -13,8 +12,8 @@ use crate::lister::{KubeListerWatcher, KubeSourceOptions};
 /// Builds a [`KubeListerWatcher`] for each informer key. The key's resource is already
 /// resolved (see [`Discovery`], reachable through [`discovery`](Self::discovery)).
 ///
-/// Contract: selectors are checked here with the informer's parsers, so that a malformed one
-/// fails the subscription that asked for it (and only that one) instead of a list call later.
+/// A key's selectors were parsed when the key was made; the server may still refuse one
+/// (a field its type does not select on), which the Reflector reports as the list's error.
 #[derive(Debug, Clone)]
 pub struct KubeSourceProvider {
     client: KubeClient,
@@ -44,34 +43,21 @@ impl KubeSourceProvider {
 }
 
 impl KubeSourceProvider {
-    /// The source for `key`, its selectors checked.
-    fn source(&self, key: &InformerKey) -> Result<KubeListerWatcher, FactoryError> {
-        let refused = |reason: String| FactoryError::SelectorRefused {
-            key: key.to_string(),
-            reason,
-        };
-        if let Some(labels) = &key.label_selector {
-            LabelSelector::parse(labels)
-                .map_err(|e| refused(format!("label selector {labels:?}: {e}")))?;
-        }
-        if let Some(fields) = &key.field_selector {
-            FieldSelector::parse(fields)
-                .map_err(|e| refused(format!("field selector {fields:?}: {e}")))?;
-        }
-        Ok(KubeListerWatcher::new(
+    /// The source for `key`.
+    fn source(&self, key: &InformerKey) -> KubeListerWatcher {
+        KubeListerWatcher::new(
             self.client.clone(),
             key.resource.clone(),
             key.namespace.clone(),
-            key.label_selector.clone(),
-            key.field_selector.clone(),
             self.options.clone(),
-        ))
+        )
+        .selecting(&key.labels, &key.fields)
     }
 }
 
 impl SourceProvider for KubeSourceProvider {
     fn lister_watcher(&self, key: &InformerKey) -> Result<Arc<dyn ListerWatcher>, FactoryError> {
-        Ok(Arc::new(self.source(key)?))
+        Ok(Arc::new(self.source(key)))
     }
 
     /// Every type: a server that does not serve the metadata form for one answers whole
@@ -80,6 +66,6 @@ impl SourceProvider for KubeSourceProvider {
         &self,
         key: &InformerKey,
     ) -> Result<Option<Arc<dyn ListerWatcher>>, FactoryError> {
-        Ok(Some(Arc::new(self.source(key)?.metadata_only())))
+        Ok(Some(Arc::new(self.source(key).metadata_only())))
     }
 }

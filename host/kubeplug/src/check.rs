@@ -154,11 +154,11 @@ fn render(description: &Description, path: &Path) -> String {
         if let Some(namespace) = &subscription.namespace {
             details.push(format!("namespace {namespace}"));
         }
-        if let Some(labels) = &subscription.label_selector {
-            details.push(format!("labels {labels}"));
+        if !subscription.labels.is_empty() {
+            details.push(format!("labels {}", subscription.labels));
         }
-        if let Some(fields) = &subscription.field_selector {
-            details.push(format!("fields {fields}"));
+        if !subscription.fields.is_empty() {
+            details.push(format!("fields {}", subscription.fields));
         }
         if let Some(period) = subscription.resync_period {
             details.push(format!("resync every {period:?}"));

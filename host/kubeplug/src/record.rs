@@ -66,9 +66,7 @@ pub(crate) async fn record(args: RecordArgs) -> anyhow::Result<()> {
             .ok_or_else(|| anyhow!("--resource {gvk}: the cluster does not serve it"))?;
         let key = InformerKey {
             namespace: args.namespace.clone().filter(|_| resource.namespaced),
-            resource,
-            label_selector: None,
-            field_selector: None,
+            ..InformerKey::all(resource)
         };
         let (registration, receiver) = factory
             .subscribe(key, HandlerOptions::default())?

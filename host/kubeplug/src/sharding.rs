@@ -204,7 +204,9 @@ pub(crate) fn join(
     let leases = Resource::new("coordination.k8s.io", "v1", "Lease", "leases", true);
     let key = InformerKey {
         namespace: Some(setup.namespace.clone()),
-        label_selector: Some(format!("{RING_LABEL}={}", setup.ring)),
+        labels: format!("{RING_LABEL}={}", setup.ring)
+            .parse()
+            .with_context(|| format!("--sharding-id {:?}: not a label value", setup.ring))?,
         ..InformerKey::all(leases)
     };
     let (registration, receiver) = factory

@@ -13,7 +13,6 @@ use std::time::{Duration, SystemTime};
 use kubeplug_informer::factory::{FactoryError, InformerKey, SourceProvider};
 use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::resource::Resource;
-use kubeplug_informer::selector::{FieldSelector, LabelSelector};
 use kubeplug_informer::source::{ListerWatcher, Status};
 use kubeplug_memory::{MemoryListerWatcher, MemoryServer, SelectableFields};
 use serde::Deserialize as _;
@@ -434,33 +433,21 @@ impl LocalCluster {
 }
 
 impl LocalCluster {
-    /// The memory server's source for `key`, its selectors checked.
+    /// The memory server's source for `key`, its field selector checked against the type.
     fn source(&self, key: &InformerKey) -> Result<MemoryListerWatcher, FactoryError> {
-        let refused = |reason: String| FactoryError::SelectorRefused {
-            key: key.to_string(),
-            reason,
-        };
-        let labels = key
-            .label_selector
-            .as_deref()
-            .map(LabelSelector::parse)
-            .transpose()
-            .map_err(|e| refused(e.to_string()))?;
-        let fields = key
-            .field_selector
-            .as_deref()
-            .map(FieldSelector::parse)
-            .transpose()
-            .map_err(|e| refused(e.to_string()))?;
         // Refused here, when the informer is made, rather than by every list it would try.
-        if let Some(fields) = &fields {
-            SelectableFields::of(&key.resource)
-                .check(fields)
-                .map_err(|message| refused(format!("field selector {fields}: {message}")))?;
-        }
-        Ok(self
-            .server
-            .lister_watcher(key.resource.clone(), key.namespace.clone(), labels, fields))
+        SelectableFields::of(&key.resource)
+            .check(&key.fields)
+            .map_err(|message| FactoryError::SelectorRefused {
+                key: key.to_string(),
+                reason: format!("field selector {}: {message}", key.fields),
+            })?;
+        Ok(self.server.lister_watcher(
+            key.resource.clone(),
+            key.namespace.clone(),
+            Some(key.labels.clone()),
+            Some(key.fields.clone()),
+        ))
     }
 }
 

@@ -271,6 +271,7 @@ pub(crate) fn event(
 mod tests {
     use kubeplug_informer::object::ObjectDecoder;
     use kubeplug_informer::resource::Resource;
+    use kubeplug_informer::selector::{FieldSelector, LabelSelector};
 
     use super::*;
 
@@ -341,8 +342,8 @@ mod tests {
         SubscriptionSpec {
             resource: crate::gvk::Gvk::new("", "v1", "ConfigMap"),
             namespace: None,
-            label_selector: None,
-            field_selector: None,
+            labels: LabelSelector::everything(),
+            fields: FieldSelector::everything(),
             resync_period: None,
             meta_fields: MetaFields::ALL,
             wants_object_json: true,

@@ -9,6 +9,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use kubeplug_informer::selector::{FieldSelector, LabelSelector};
 use kubeplug_json::path::FieldPath;
 use kubeplug_policy::WriteVerb;
 
@@ -25,7 +26,7 @@ pub(crate) use projection::ProjectionListError;
 pub use projection::{
     MAX_PROJECTION_NAME, MAX_PROJECTION_PATH, MAX_PROJECTIONS, Projection, Projections,
 };
-pub use raw::{RawDescription, RawIndex, RawIndexSpec};
+pub use raw::{RawDescription, RawIndex, RawIndexSpec, RawSubscription};
 
 /// A plugin's self-description, validated.
 ///
@@ -89,10 +90,10 @@ pub struct SubscriptionSpec {
     pub resource: Gvk,
     /// Only this namespace.
     pub namespace: Option<String>,
-    /// Label selector text (validated).
-    pub label_selector: Option<String>,
-    /// Field selector text (validated).
-    pub field_selector: Option<String>,
+    /// Only objects whose labels match; parsed once, when the description was checked.
+    pub labels: LabelSelector,
+    /// Only objects whose fields match, as the server decides.
+    pub fields: FieldSelector,
     /// Resync period.
     pub resync_period: Option<Duration>,
     /// The parts of the metadata each event carries besides the key and versions.

@@ -10,7 +10,7 @@ use kubeplug_json::path::FieldPath;
 use kubeplug_runtime::description::{
     Delivery, Description, DescriptionBounds, KeyMapping, MAX_INDEXES, MAX_PROJECTIONS,
     MAX_RECONCILE_WORKERS, MAX_RESOURCES, MAX_SUBSCRIPTIONS, MAX_TEXT, MetaFields, Projection,
-    RawDescription, RawIndex, RawIndexSpec, Read, SubscriptionSpec,
+    RawDescription, RawIndex, RawIndexSpec, RawSubscription, Read, SubscriptionSpec,
 };
 use kubeplug_runtime::{Gvk, WriteVerb};
 
@@ -57,12 +57,16 @@ impl Input<'_> {
         }
     }
 
-    fn subscription(&mut self) -> SubscriptionSpec {
-        SubscriptionSpec {
-            resource: self.gvk(),
-            namespace: self.optional_text(),
-            label_selector: self.optional_text(),
-            field_selector: self.optional_text(),
+    fn subscription(&mut self) -> RawSubscription {
+        let resource = self.gvk();
+        let namespace = self.optional_text();
+        let label_selector = self.optional_text();
+        let field_selector = self.optional_text();
+        let spec = SubscriptionSpec {
+            resource,
+            namespace,
+            labels: LabelSelector::everything(),
+            fields: FieldSelector::everything(),
             resync_period: (self.byte() % 2 == 1)
                 .then(|| Duration::from_millis(u64::from(self.byte()))),
             meta_fields: self.meta_fields(),
@@ -82,6 +86,11 @@ impl Input<'_> {
                 })
                 .collect::<Vec<_>>()
                 .into(),
+        };
+        RawSubscription {
+            spec,
+            label_selector,
+            field_selector,
         }
     }
 
@@ -162,7 +171,7 @@ impl Input<'_> {
 ///
 /// Properties: checking never panics; it accepts a description exactly when the reference
 /// below finds nothing wrong; an accepted one holds the contract of `Description`
-/// (normalised: no empty namespace or selector, at least one worker, verbs merged) and keeps
+/// (normalised: no empty namespace, selectors parsed, at least one worker, verbs merged) and keeps
 /// the order of subscriptions; a refused one names, first thing in its message, a field the
 /// reference found wrong.
 pub fn plugin_description(data: &[u8]) {
@@ -176,13 +185,19 @@ pub fn plugin_description(data: &[u8]) {
                 description.subscribed().collect::<Vec<_>>(),
                 raw.subscriptions
                     .iter()
-                    .map(|s| &s.resource)
+                    .map(|s| &s.spec.resource)
                     .collect::<Vec<_>>()
             );
-            for s in &description.subscriptions {
-                for text in [&s.namespace, &s.label_selector, &s.field_selector] {
-                    assert_ne!(text.as_deref(), Some(""), "empty texts are dropped");
-                }
+            for (s, sent) in description.subscriptions.iter().zip(&raw.subscriptions) {
+                assert_ne!(
+                    s.namespace.as_deref(),
+                    Some(""),
+                    "empty namespaces are dropped"
+                );
+                let labels = sent.label_selector.as_deref().unwrap_or_default();
+                let fields = sent.field_selector.as_deref().unwrap_or_default();
+                assert_eq!(s.labels, LabelSelector::parse(labels).unwrap());
+                assert_eq!(s.fields, FieldSelector::parse(fields).unwrap());
             }
             if let Delivery::Reconcile { workers } = description.delivery {
                 assert!(workers >= 1);
@@ -254,7 +269,8 @@ fn reference_problems(raw: &RawDescription) -> Vec<String> {
         let group_valid = g.group.is_empty() || dns_subdomain(&g.group);
         (!(group_valid && dns_label(&g.version) && identifier(&g.kind))).then_some(field)
     };
-    for (i, s) in raw.subscriptions.iter().enumerate() {
+    for (i, sent) in raw.subscriptions.iter().enumerate() {
+        let s = &sent.spec;
         let at = format!("subscriptions[{i}]");
         named_wrong.extend(gvk(&mut text, format!("{at}.resource-type"), &s.resource));
         if let KeyMapping::Owner(owner) = &s.enqueue {
@@ -262,8 +278,8 @@ fn reference_problems(raw: &RawDescription) -> Vec<String> {
         }
         for (field, value) in [
             ("namespace", &s.namespace),
-            ("label-selector", &s.label_selector),
-            ("field-selector", &s.field_selector),
+            ("label-selector", &sent.label_selector),
+            ("field-selector", &sent.field_selector),
         ] {
             if let Some(value) = value {
                 text(format!("{at}.{field}"), value);
@@ -353,7 +369,7 @@ fn reference_problems(raw: &RawDescription) -> Vec<String> {
         let known = raw
             .subscriptions
             .iter()
-            .any(|s| s.resource == index.resource)
+            .any(|s| s.spec.resource == index.resource)
             || raw.reads.iter().any(|r| r.resource == index.resource);
         let bad_path = matches!(&index.spec, RawIndexSpec::Path(p) if FieldPath::parse(p).is_err());
         if !known || !names.insert(&index.name) || bad_path {

@@ -35,7 +35,7 @@ use crate::object::ObjectKey;
 /// assert!(on_node.matches(&key, |field| (field == "spec.nodeName").then(|| "node-1".into())));
 /// assert!(!on_node.matches(&key, no_body));
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FieldSelector {
     /// Sorted and without duplicates.
     terms: Vec<FieldTerm>,

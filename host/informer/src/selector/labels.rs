@@ -35,7 +35,7 @@ use super::{Labels, SelectorError};
 /// ]);
 /// assert!(selector.matches(&labels));
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LabelSelector {
     /// Sorted and without duplicates, so that equal selectors compare and print equal.
     requirements: Vec<Requirement>,

@@ -4,6 +4,7 @@
 
 use futures::StreamExt;
 use kubeplug_fake_apiserver::{FakeOptions, HttpFault};
+use kubeplug_informer::selector::LabelSelector;
 use kubeplug_informer::source::{
     ListRequest, ListerWatcher, SourceError, WatchEvent, WatchRequest,
 };
@@ -74,13 +75,16 @@ async fn status_answers_keep_code_reason_and_retry_after() {
         }
         other => panic!("{other:?}"),
     }
+    // A field ConfigMaps are not selected on: the server's refusal is the list's error.
     let bad = KubeListerWatcher::new(
         f.client.clone(),
         configmaps(),
         None,
-        Some("team===a".into()),
-        None,
         KubeSourceOptions::default(),
+    )
+    .selecting(
+        &LabelSelector::everything(),
+        &"spec.color=red".parse().unwrap(),
     );
     match bad.list(ListRequest::default()).await {
         Err(SourceError::Status { status, .. }) => assert_eq!(status.code, 400),

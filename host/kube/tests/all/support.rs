@@ -56,8 +56,6 @@ impl Fixture {
             self.client.clone(),
             resource,
             namespace.map(str::to_owned),
-            None,
-            None,
             options,
         )
     }

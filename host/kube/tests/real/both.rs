@@ -135,17 +135,16 @@ impl Cluster {
         &self,
         resource: Resource,
         namespace: Option<&str>,
-        label_selector: Option<String>,
-        field_selector: Option<String>,
+        labels: &str,
+        fields: &str,
     ) -> KubeListerWatcher {
         KubeListerWatcher::new(
             self.client.clone(),
             resource,
             namespace.map(str::to_owned),
-            label_selector,
-            field_selector,
             KubeSourceOptions::default(),
         )
+        .selecting(&labels.parse().unwrap(), &fields.parse().unwrap())
     }
 
     /// Creates `object` (JSON) of `resource`, in its `metadata.namespace` if it has one.
@@ -329,7 +328,7 @@ async fn lists_a_namespaced_type_in_pages_and_honours_selectors(server: Server) 
     cluster
         .create(&configmaps(), config_map(&b, "other", &odd))
         .await;
-    let lw = cluster.lister(configmaps(), Some(&a), None, None);
+    let lw = cluster.lister(configmaps(), Some(&a), "", "");
     let mut pages = Vec::new();
     let mut token = None;
     loop {
@@ -366,14 +365,14 @@ async fn lists_a_namespaced_type_in_pages_and_honours_selectors(server: Server) 
         "a continued page"
     );
 
-    let labelled = cluster.lister(configmaps(), None, Some(format!("team={even}")), None);
+    let labelled = cluster.lister(configmaps(), None, &format!("team={even}"), "");
     let page = labelled.list(ListRequest::default()).await.unwrap();
     assert_eq!(page.items.len(), 3, "cm-2, cm-4, cm-6");
     let named = cluster.lister(
         configmaps(),
         None,
-        Some(format!("team={odd}")),
-        Some(format!("metadata.namespace={b}")),
+        &format!("team={odd}"),
+        &format!("metadata.namespace={b}"),
     );
     let page_b = named.list(ListRequest::default()).await.unwrap();
     assert_eq!(page_b.items.len(), 1);
@@ -444,8 +443,8 @@ async fn lists_and_watches_a_cluster_scoped_type(server: Server) {
     let lw = cluster.lister(
         nodes(),
         Some("ignored"),
-        None,
-        Some(format!("metadata.name={name}")),
+        "",
+        &format!("metadata.name={name}"),
     );
     let page = lw.list(ListRequest::default()).await.unwrap();
     assert_eq!(page.items.len(), 1);
@@ -552,7 +551,7 @@ async fn a_metadata_only_informer_caches_metadata_alone(server: Server) {
             .await;
     }
     let source = cluster
-        .lister(resource.clone(), Some(&namespace), None, None)
+        .lister(resource.clone(), Some(&namespace), "", "")
         .metadata_only();
     // The server answers the source in the metadata form.
     let page = source.list(ListRequest::default()).await.unwrap();
@@ -672,7 +671,7 @@ async fn an_informer_switches_to_whole_objects_and_back_without_a_lost_or_repeat
     let mut labels = factory.subscribe(key.clone(), metadata).unwrap();
     let informer = labels.informer().clone();
     assert!(informer.is_metadata_only());
-    let full = cluster.lister(resource.clone(), Some(&namespace), None, None);
+    let full = cluster.lister(resource.clone(), Some(&namespace), "", "");
     let server_state = || async {
         let page = full.list(ListRequest::default()).await.unwrap();
         let decoder = ObjectDecoder::new(resource.clone());

@@ -54,8 +54,6 @@ async fn the_initial_list_syncs_whether_or_not_etcd_can_stream_it() {
         host_client(env).await,
         configmaps(),
         Some(namespace),
-        None,
-        None,
         KubeSourceOptions::default(),
     );
     let errors: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -96,8 +94,6 @@ fn informer(
         client,
         configmaps(),
         Some(namespace.to_owned()),
-        None,
-        None,
         KubeSourceOptions::default(),
     );
     let errors: Arc<Mutex<Vec<String>>> = Arc::default();

@@ -162,8 +162,8 @@ impl PluginHost {
             keys.push(InformerKey {
                 resource,
                 namespace,
-                label_selector: wanted.label_selector.clone(),
-                field_selector: wanted.field_selector.clone(),
+                labels: wanted.labels.clone(),
+                fields: wanted.fields.clone(),
             });
         }
         let warm = keys
@@ -172,13 +172,11 @@ impl PluginHost {
             .map(|(key, wanted)| self.factory.lease(key.clone(), needs(wanted)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| match e {
-                FactoryError::InvalidSelector { .. } | FactoryError::SelectorRefused { .. } => {
-                    LoadFailure::Selector {
-                        path: path.clone(),
-                        plugin: description.name.clone(),
-                        source: e,
-                    }
-                }
+                FactoryError::SelectorRefused { .. } => LoadFailure::Selector {
+                    path: path.clone(),
+                    plugin: description.name.clone(),
+                    source: e,
+                },
                 _ => LoadFailure::Start {
                     path: path.clone(),
                     source: StartError::Lease(e),

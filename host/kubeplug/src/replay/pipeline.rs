@@ -99,8 +99,8 @@ impl Pipeline {
             let key = InformerKey {
                 resource,
                 namespace,
-                label_selector: wanted.label_selector.clone(),
-                field_selector: wanted.field_selector.clone(),
+                labels: wanted.labels.clone(),
+                fields: wanted.fields.clone(),
             };
             let options = HandlerOptions {
                 projections: wanted.projections.paths().paths().to_vec(),

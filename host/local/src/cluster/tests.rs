@@ -79,7 +79,7 @@ async fn field_selectors_select_as_kube_apiserver_does() {
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     let pods = Resource::new("", "v1", "Pod", "pods", true);
     let on_node = InformerKey {
-        field_selector: Some("spec.nodeName=n2".into()),
+        fields: "spec.nodeName=n2".parse().unwrap(),
         ..InformerKey::all(pods)
     };
     let page = SourceProvider::lister_watcher(&cluster, &on_node)
@@ -95,7 +95,7 @@ async fn field_selectors_select_as_kube_apiserver_does() {
     );
 
     let lacking = InformerKey {
-        field_selector: Some("status.replicas=1".into()),
+        fields: "status.replicas=1".parse().unwrap(),
         ..InformerKey::all(deployments())
     };
     let Err(error) = SourceProvider::lister_watcher(&cluster, &lacking) else {

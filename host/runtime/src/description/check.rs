@@ -11,7 +11,7 @@ use super::projection::{ProjectionListError, invalid_projection_name, is_project
 use super::{
     Delivery, Description, DescriptionBounds, DescriptionError, IndexDecl, IndexSource, KeyMapping,
     MAX_PROJECTION_PATH, MAX_RESOURCES, MAX_TEXT, MAX_VERSION, Projection, Projections,
-    RawDescription, RawIndexSpec, SubscriptionSpec,
+    RawDescription, RawIndexSpec, RawSubscription, SubscriptionSpec,
 };
 use crate::bindings::wit;
 use crate::gvk::Gvk;
@@ -152,11 +152,13 @@ fn check_projections(
     Ok(())
 }
 
+/// Checks one subscription as sent and parses its selectors.
 fn check_subscription(
     index: usize,
-    s: &SubscriptionSpec,
+    raw: &RawSubscription,
     bounds: &DescriptionBounds,
-) -> Result<(), DescriptionError> {
+) -> Result<(LabelSelector, FieldSelector), DescriptionError> {
+    let s = &raw.spec;
     let at = |field: &str| format!("subscriptions[{index}].{field}");
     check_projections(index, &s.projections, bounds)?;
     check_gvk(&|| at("resource-type"), &s.resource)?;
@@ -165,8 +167,8 @@ fn check_subscription(
     }
     for (field, text) in [
         ("namespace", &s.namespace),
-        ("label-selector", &s.label_selector),
-        ("field-selector", &s.field_selector),
+        ("label-selector", &raw.label_selector),
+        ("field-selector", &raw.field_selector),
     ] {
         if let Some(text) = text {
             check_text(|| at(field), text)?;
@@ -185,20 +187,24 @@ fn check_subscription(
         text: text.to_owned(),
         reason,
     };
-    if let Some(text) = &s.label_selector {
-        LabelSelector::parse(text).map_err(|e| invalid("label-selector", text, e.to_string()))?;
-    }
-    if let Some(text) = &s.field_selector {
-        FieldSelector::parse(text).map_err(|e| invalid("field-selector", text, e.to_string()))?;
-    }
-    Ok(())
+    let labels = match &raw.label_selector {
+        Some(text) => LabelSelector::parse(text)
+            .map_err(|e| invalid("label-selector", text, e.to_string()))?,
+        None => LabelSelector::everything(),
+    };
+    let fields = match &raw.field_selector {
+        Some(text) => FieldSelector::parse(text)
+            .map_err(|e| invalid("field-selector", text, e.to_string()))?,
+        None => FieldSelector::everything(),
+    };
+    Ok((labels, fields))
 }
 
 impl Description {
     /// Checks a raw description against the contract of [`Description`], `bounds` and the
-    /// fixed bounds ([`MAX_RESOURCES`], [`MAX_TEXT`]); drops empty namespaces and selectors
-    /// and merges duplicate verbs. Counts are checked before anything is looked at one by
-    /// one.
+    /// fixed bounds ([`MAX_RESOURCES`], [`MAX_TEXT`]); parses the selectors, drops empty
+    /// namespaces and merges duplicate verbs. Counts are checked before anything is looked
+    /// at one by one.
     pub fn check(
         raw: RawDescription,
         bounds: &DescriptionBounds,
@@ -229,8 +235,15 @@ impl Description {
                 limit: bounds.reconcile_workers,
             });
         }
-        for (index, s) in raw.subscriptions.iter().enumerate() {
-            check_subscription(index, s, bounds)?;
+        let mut subscriptions = Vec::with_capacity(raw.subscriptions.len());
+        for (index, s) in raw.subscriptions.into_iter().enumerate() {
+            let (labels, fields) = check_subscription(index, &s, bounds)?;
+            subscriptions.push(SubscriptionSpec {
+                namespace: s.spec.namespace.filter(|ns| !ns.is_empty()),
+                labels,
+                fields,
+                ..s.spec
+            });
         }
         for (index, read) in raw.reads.iter().enumerate() {
             check_gvk(&|| format!("reads[{index}].resource-type"), &read.resource)?;
@@ -238,16 +251,6 @@ impl Description {
         for (index, (resource, _)) in raw.writes.iter().enumerate() {
             check_gvk(&|| format!("writes[{index}].resource-type"), resource)?;
         }
-        let subscriptions: Vec<SubscriptionSpec> = raw
-            .subscriptions
-            .into_iter()
-            .map(|s| SubscriptionSpec {
-                namespace: s.namespace.filter(|ns| !ns.is_empty()),
-                label_selector: s.label_selector.filter(|s| !s.is_empty()),
-                field_selector: s.field_selector.filter(|s| !s.is_empty()),
-                ..s
-            })
-            .collect();
         let mut names = BTreeSet::from(["namespace".to_owned()]);
         let mut indexes = Vec::with_capacity(raw.indexes.len());
         for (index, decl) in raw.indexes.into_iter().enumerate() {

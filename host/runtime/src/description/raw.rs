@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use kubeplug_informer::selector::{FieldSelector, LabelSelector};
 use kubeplug_policy::WriteVerb;
 
 use super::check::{check_subscription_count, parse_projections};
@@ -21,8 +22,8 @@ pub struct RawDescription {
     pub name: String,
     /// `version`.
     pub version: String,
-    /// `subscriptions`, as sent (empty namespaces and selectors not yet dropped).
-    pub subscriptions: Vec<SubscriptionSpec>,
+    /// `subscriptions`, as sent (empty namespaces not yet dropped, selectors not parsed).
+    pub subscriptions: Vec<RawSubscription>,
     /// `delivery`; `Reconcile { workers: 0 }` means one worker.
     pub delivery: Delivery,
     /// `indexes`.
@@ -31,6 +32,18 @@ pub struct RawDescription {
     pub reads: Vec<Read>,
     /// `writes`, verbs as sent (duplicates allowed).
     pub writes: Vec<(Gvk, Vec<WriteVerb>)>,
+}
+
+/// A `subscription` as sent: its selectors still text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawSubscription {
+    /// Everything else; its selectors select everything until [`Description::check`] puts
+    /// the parsed `label_selector` and `field_selector` in their place.
+    pub spec: SubscriptionSpec,
+    /// `label-selector`.
+    pub label_selector: Option<String>,
+    /// `field-selector`.
+    pub field_selector: Option<String>,
 }
 
 /// An `index-decl` as sent.
@@ -70,21 +83,25 @@ impl Description {
             .enumerate()
             .map(|(index, s)| {
                 let projections = parse_projections(index, s.projections, bounds)?;
-                Ok(SubscriptionSpec {
-                    resource: gvk(s.resource_type),
-                    namespace: s.namespace,
+                Ok(RawSubscription {
+                    spec: SubscriptionSpec {
+                        resource: gvk(s.resource_type),
+                        namespace: s.namespace,
+                        labels: LabelSelector::everything(),
+                        fields: FieldSelector::everything(),
+                        resync_period: s.resync_period_ms.map(Duration::from_millis),
+                        meta_fields: s.meta_fields.into(),
+                        wants_object_json: s.wants_object_json,
+                        wants_old_json: s.wants_old_json,
+                        enqueue: match s.enqueue {
+                            guest::KeyMapping::OwnKey => KeyMapping::OwnKey,
+                            guest::KeyMapping::Owner(g) => KeyMapping::Owner(g.into()),
+                            guest::KeyMapping::Computed => KeyMapping::Computed,
+                        },
+                        projections,
+                    },
                     label_selector: s.label_selector,
                     field_selector: s.field_selector,
-                    resync_period: s.resync_period_ms.map(Duration::from_millis),
-                    meta_fields: s.meta_fields.into(),
-                    wants_object_json: s.wants_object_json,
-                    wants_old_json: s.wants_old_json,
-                    enqueue: match s.enqueue {
-                        guest::KeyMapping::OwnKey => KeyMapping::OwnKey,
-                        guest::KeyMapping::Owner(g) => KeyMapping::Owner(g.into()),
-                        guest::KeyMapping::Computed => KeyMapping::Computed,
-                    },
-                    projections,
                 })
             })
             .collect::<Result<Vec<_>, DescriptionError>>()?;

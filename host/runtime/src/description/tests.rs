@@ -1,5 +1,6 @@
 //! Tests of the description: its checks, their bounds and the fields their refusals name.
 
+use kubeplug_informer::selector::{FieldSelector, LabelSelector};
 use kubeplug_policy::names::is_dns_label;
 
 use super::*;
@@ -18,18 +19,22 @@ fn pods() -> Gvk {
     Gvk::new("", "v1", "Pod")
 }
 
-fn subscription(resource: Gvk) -> SubscriptionSpec {
-    SubscriptionSpec {
-        resource,
-        namespace: None,
+fn subscription(resource: Gvk) -> RawSubscription {
+    RawSubscription {
+        spec: SubscriptionSpec {
+            resource,
+            namespace: None,
+            labels: LabelSelector::everything(),
+            fields: FieldSelector::everything(),
+            resync_period: None,
+            meta_fields: MetaFields::ALL,
+            wants_object_json: false,
+            wants_old_json: false,
+            enqueue: KeyMapping::OwnKey,
+            projections: Projections::default(),
+        },
         label_selector: None,
         field_selector: None,
-        resync_period: None,
-        meta_fields: MetaFields::ALL,
-        wants_object_json: false,
-        wants_old_json: false,
-        enqueue: KeyMapping::OwnKey,
-        projections: Projections::default(),
     }
 }
 
@@ -44,7 +49,7 @@ fn projection(name: &str, path: &str) -> Projection {
 fn projections_keep_their_contract() {
     let with = |projections: Vec<Projection>| {
         let mut r = raw();
-        r.subscriptions[0].projections = projections.into();
+        r.subscriptions[0].spec.projections = projections.into();
         r
     };
     let fine = with(vec![
@@ -112,18 +117,18 @@ fn refusal(raw: RawDescription) -> String {
 #[test]
 fn a_valid_description_is_normalised() {
     let mut raw = raw();
-    raw.subscriptions[0].namespace = Some(String::new());
+    raw.subscriptions[0].spec.namespace = Some(String::new());
     raw.subscriptions[0].label_selector = Some(String::new());
     // Fields beyond the key's two are the server's to accept: one node's Pods.
-    raw.subscriptions[0].field_selector = Some("spec.nodeName=node-1".to_owned());
+    raw.subscriptions[0].field_selector = Some(" spec.nodeName = node-1".to_owned());
     let checked = Description::check(raw, &DescriptionBounds::default()).unwrap();
     assert_eq!(
-        checked.subscriptions[0].field_selector.as_deref(),
-        Some("spec.nodeName=node-1")
+        checked.subscriptions[0].fields.to_string(),
+        "spec.nodeName=node-1"
     );
     assert_eq!(checked.delivery, Delivery::Reconcile { workers: 1 });
     assert_eq!(checked.subscriptions[0].namespace, None);
-    assert_eq!(checked.subscriptions[0].label_selector, None);
+    assert!(checked.subscriptions[0].labels.is_empty());
     assert_eq!(checked.writes[0].1, BTreeSet::from([WriteVerb::Patch]));
 }
 
@@ -225,7 +230,7 @@ fn strings_past_the_bound_are_refused_naming_where_they_are() {
     r.subscriptions[1].label_selector = Some(long.clone());
     assert_eq!(refusal(r), too_long("subscriptions[1].label-selector"));
     let mut r = raw();
-    r.subscriptions[0].enqueue = KeyMapping::Owner(Gvk::new("apps", "v1", &long));
+    r.subscriptions[0].spec.enqueue = KeyMapping::Owner(Gvk::new("apps", "v1", &long));
     assert_eq!(refusal(r), too_long("subscriptions[0].enqueue.owner.kind"));
     let mut r = raw();
     r.reads = vec![
@@ -278,14 +283,14 @@ fn other_refusals_name_the_field() {
 #[test]
 fn types_and_namespaces_that_are_not_names_are_refused() {
     let mut r = raw();
-    r.subscriptions[0].resource = Gvk::new("", "v1/namespaces/kube-system/secrets", "Secret");
+    r.subscriptions[0].spec.resource = Gvk::new("", "v1/namespaces/kube-system/secrets", "Secret");
     let refused = refusal(r);
     assert!(
         refused.starts_with("subscriptions[0].resource-type: version \"v1/namespaces"),
         "{refused}"
     );
     let mut r = raw();
-    r.subscriptions[0].namespace = Some("kube system".to_owned());
+    r.subscriptions[0].spec.namespace = Some("kube system".to_owned());
     assert!(refusal(r).starts_with("subscriptions[0].namespace: namespace \"kube system\""));
     let mut r = raw();
     r.reads = vec![Read::metadata(Gvk::new("evil.example.com/..", "v1", "Pod"))];
