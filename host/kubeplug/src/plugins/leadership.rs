@@ -11,7 +11,7 @@ use kubeplug_informer::factory::InformerKey;
 use kubeplug_runtime::{Delivery, KeyMapping, KeyShare, Plugin};
 use tracing::{error, info};
 
-use super::{Delivering, Entry, LoadFailure, PluginHost, Serving};
+use super::{Delivering, Entry, Event, Failure, LoadFailure, PluginHost, Serving};
 
 impl PluginHost {
     /// Makes the host deliver to each plugin only the keys [`share`](Self::share) gives it
@@ -116,7 +116,7 @@ impl PluginHost {
             .table()
             .iter()
             .filter_map(|(path, entry)| {
-                let serving = entry.serving.as_ref()?;
+                let serving = entry.lifecycle.serving()?;
                 serving.delivering.is_none().then(|| {
                     let plugin = serving.plugin.clone();
                     (
@@ -133,15 +133,21 @@ impl PluginHost {
             let started = self
                 .register(&plugin, &keys, budget)
                 .and_then(|registered| self.deliver(&plugin, registered));
-            let mut table = self.table();
-            let Some(entry) = table.get_mut(&path) else {
-                continue;
-            };
             match started {
                 Ok(delivering) => {
-                    if let Some(serving) = entry.serving.as_mut() {
-                        serving.delivering = Some(delivering);
+                    let unplaced = match self
+                        .table()
+                        .get_mut(&path)
+                        .and_then(|entry| entry.lifecycle.serving_mut())
+                    {
+                        Some(serving) => serving.delivering.replace(delivering),
+                        None => Some(delivering),
+                    };
+                    if let Some(unplaced) = unplaced {
+                        unplaced.stop(plugin.name()).await;
+                        continue;
                     }
+                    self.changed();
                     info!(plugin = plugin.name(), file = %path.display(), "plugin running: this replica leads");
                 }
                 Err(source) => {
@@ -151,7 +157,14 @@ impl PluginHost {
                     };
                     let message = failure.message();
                     error!(plugin = plugin.name(), "{message}");
-                    entry.last_error = Some(message);
+                    // It stays loaded, its informers warm; it serves as soon as it can.
+                    let _ = self.step(
+                        &path,
+                        Event::Stalled(Failure {
+                            message,
+                            summary: failure.summary(),
+                        }),
+                    );
                 }
             }
         }
@@ -164,7 +177,7 @@ impl PluginHost {
         // Before waiting for the writer: a swap in progress must not delay this. A call in
         // flight writes nothing more: another replica may lead once the margin passes.
         for entry in self.table().values() {
-            let Some(serving) = entry.serving.as_ref() else {
+            let Some(serving) = entry.lifecycle.serving() else {
                 continue;
             };
             serving.plugin.fence_writes(true);
@@ -177,13 +190,14 @@ impl PluginHost {
             .table()
             .values_mut()
             .filter_map(|entry| {
-                let serving = entry.serving.as_mut()?;
+                let serving = entry.lifecycle.serving_mut()?;
                 let delivering = serving.delivering.take()?;
                 // The next registration's buffers count from zero.
                 entry.retired.add_merged(delivering.merged());
                 Some((serving.plugin.clone(), delivering))
             })
             .collect();
+        self.changed();
         for (plugin, delivering) in stopping {
             // Again: a version swapped in meanwhile was not in the table above.
             plugin.fence_writes(true);
@@ -203,7 +217,7 @@ fn delivering_named<'a>(
 ) -> Option<(&'a Serving, &'a Delivering)> {
     let serving = table
         .values()
-        .filter_map(|entry| entry.serving.as_ref())
+        .filter_map(|entry| entry.lifecycle.serving())
         .find(|serving| serving.plugin.name() == plugin)?;
     Some((serving, serving.delivering.as_ref()?))
 }

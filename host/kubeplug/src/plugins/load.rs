@@ -15,7 +15,7 @@ use tracing::info;
 use super::delivery::StartError;
 use super::status::Totals;
 use super::{
-    FactoryCache, FileContent, LoadFailure, PluginHost, PluginSettings, Prepared, Serving, Syncing,
+    Event, FactoryCache, FileContent, LoadFailure, PluginHost, PluginSettings, Prepared, Serving,
     failure, name_mismatch, needs, plugin_settings,
 };
 
@@ -109,9 +109,7 @@ impl PluginHost {
             .await?;
         let description = plugin.description();
         // `/plugins` names it from now on, while the rest of its load goes on.
-        if let Some(entry) = self.table().get_mut(&path) {
-            entry.described_as = Some(description.name.clone());
-        }
+        self.step(&path, Event::Described(description.name.clone()));
         if let Some(cause) = name_mismatch(&path, &description.name) {
             return Err(LoadFailure::NameMismatch {
                 path,
@@ -221,17 +219,7 @@ impl PluginHost {
     /// newer version or the file's removal supersedes it first.
     pub(super) fn start_when_synced(self: &Arc<Self>, prepared: Prepared) {
         let cancel = CancellationToken::new();
-        {
-            let mut table = self.table();
-            let entry = table.entry(prepared.path.clone()).or_default();
-            if let Some(older) = entry.syncing.replace(Syncing {
-                cancel: cancel.clone(),
-            }) {
-                older.cancel.cancel();
-            }
-            entry.loading = false;
-        }
-        self.changed();
+        self.step(&prepared.path, Event::Syncing(cancel.clone()));
         info!(
             plugin = prepared.plugin.name(),
             file = %prepared.path.display(),
@@ -276,9 +264,6 @@ impl PluginHost {
             if cancel.is_cancelled() {
                 return;
             }
-            if let Some(entry) = host.table().get_mut(&prepared.path) {
-                entry.syncing = None;
-            }
             if let Err(failure) = host.install_locked(prepared).await {
                 host.failed(failure);
             }
@@ -310,12 +295,17 @@ impl PluginHost {
         } = prepared;
         let name = plugin.name().to_owned();
         let version = plugin.description().version.clone();
+        // Withdrawn while it loaded: `remove` holds `writing` too, so this holds to the end.
+        if !self.table().contains_key(&path) {
+            info!(plugin = %name, file = %path.display(), "plugin not started: its file was removed while it loaded");
+            return Ok(());
+        }
         // A follower's plugins write nothing until it leads.
         plugin.fence_writes(!self.is_leading());
         {
             let mut table = self.table();
-            let entry = table.entry(path.clone()).or_default();
-            if let Some(serving) = entry.serving.as_mut()
+            if let Some(entry) = table.get_mut(&path)
+                && let Some(serving) = entry.lifecycle.serving_mut()
                 && serving.keys == keys
                 && !self.replay_on_swap
                 && let Some(delivering) = &serving.delivering
@@ -326,12 +316,9 @@ impl PluginHost {
                 serving.hash = hash;
                 serving.loaded_at = SystemTime::now();
                 serving.load_time = load_time;
-                entry.loading = false;
-                entry.last_error = None;
-                entry.failure_summary = None;
                 drop(table);
+                self.step(&path, Event::Swapped);
                 self.reloads.success.fetch_add(1, Ordering::Relaxed);
-                self.changed();
                 info!(plugin = %name, %version, file = %path.display(), %hash, "plugin swapped in; it inherits the running listeners");
                 return Ok(());
             }
@@ -350,7 +337,19 @@ impl PluginHost {
         } else {
             None
         };
-        let old = self.table().get_mut(&path).and_then(|e| e.serving.take());
+        let old = self.step(
+            &path,
+            Event::Installed(Serving {
+                plugin: plugin.clone(),
+                hash,
+                loaded_at: SystemTime::now(),
+                load_time,
+                keys,
+                buffer_budget,
+                warm,
+                delivering: None,
+            }),
+        );
         if let Some(old) = old {
             let mut merged = 0;
             if let Some(delivering) = old.delivering {
@@ -363,34 +362,28 @@ impl PluginHost {
                 entry.retired.add(totals);
             }
         }
-        let delivering = match registered {
-            Some(registered) => Some(self.deliver(&plugin, registered).map_err(start)?),
-            None => None,
-        };
-        let mut table = self.table();
-        let entry = table.entry(path.clone()).or_default();
-        let state = if delivering.is_some() {
-            "plugin running"
-        } else {
-            "plugin loaded; it runs once this replica leads"
-        };
-        entry.serving = Some(Serving {
-            plugin,
-            hash,
-            loaded_at: SystemTime::now(),
-            load_time,
-            keys,
-            buffer_budget,
-            warm,
-            delivering,
-        });
-        entry.loading = false;
-        entry.last_error = None;
-        entry.failure_summary = None;
-        drop(table);
         self.reloads.success.fetch_add(1, Ordering::Relaxed);
+        // It serves from now on, and delivers once the old version has stopped: one version
+        // handles a key at a time.
+        let Some(registered) = registered else {
+            info!(plugin = %name, %version, file = %path.display(), %hash, "plugin loaded; it runs once this replica leads");
+            return Ok(());
+        };
+        let delivering = self.deliver(&plugin, registered).map_err(start)?;
+        let unplaced = match self
+            .table()
+            .get_mut(&path)
+            .and_then(|entry| entry.lifecycle.serving_mut())
+        {
+            Some(serving) => serving.delivering.replace(delivering),
+            // Withdrawn meanwhile (not while `writing` is held; said for completeness).
+            None => Some(delivering),
+        };
+        if let Some(unplaced) = unplaced {
+            unplaced.stop(&name).await;
+        }
         self.changed();
-        info!(plugin = %name, %version, file = %path.display(), %hash, "{state}");
+        info!(plugin = %name, %version, file = %path.display(), %hash, "plugin running");
         Ok(())
     }
 }

@@ -16,6 +16,7 @@ mod delivery;
 mod dir;
 mod failure;
 mod leadership;
+mod lifecycle;
 mod load;
 mod resolver;
 mod settings;
@@ -39,12 +40,12 @@ use kubeplug_runtime::{
 };
 use kubeplug_workqueue::{Queue, Workers, WorkqueueMetrics};
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 pub(crate) use cache::FactoryCache;
 pub(crate) use dir::{Change, ContentHash, DirConfig, FileContent, Hints, PluginDir, watch};
 pub(crate) use failure::LoadFailure;
+use lifecycle::{Event, Failure, Lifecycle};
 pub(crate) use resolver::{Resolve, Resolver};
 pub(crate) use settings::{PluginSettings, name_mismatch, plugin_settings};
 pub(crate) use status::{PluginReport, ReloadCounts, StartReadiness};
@@ -78,12 +79,6 @@ struct Prepared {
     load_time: Duration,
 }
 
-/// A loaded version waiting for its informers to sync; cancelled when a newer version or
-/// the file's removal supersedes it.
-struct Syncing {
-    cancel: CancellationToken,
-}
-
 /// A plugin version that is loaded and serving this file. It keeps the informers of its
 /// subscriptions running, so that a replica that takes the lead over starts warm; it is
 /// delivered to only while this replica leads.
@@ -113,36 +108,21 @@ struct Delivering {
     reconcile: Option<(Queue<ObjectRef>, Workers)>,
 }
 
-/// One file of the plugins directory.
-#[derive(Default)]
+/// One plugin identity (today a file of the plugins directory): its lifecycle, and the
+/// counts of its versions that stopped serving, which outlive each of them.
 struct Entry {
-    serving: Option<Serving>,
-    /// A new version is being loaded (not set while unchanged content is tried again, so
-    /// that a failing file does not flap between `failed` and `loading`).
-    loading: bool,
-    /// The content last tried.
-    tried: Option<ContentHash>,
-    /// The last failure to load or replace it; cleared by a successful load.
-    last_error: Option<String>,
-    /// The name a version that failed after describing itself gave, so that `/plugins`
-    /// names a plugin that never ran.
-    described_as: Option<String>,
-    /// A loaded version waiting for its informers to sync.
-    syncing: Option<Syncing>,
-    /// The last failure in host-written words only (stage, resource, HTTP status), for
-    /// `/readyz`, which is open to anyone.
-    failure_summary: Option<String>,
-    /// Counts of its retired versions.
+    lifecycle: Lifecycle<Serving>,
     retired: Retired,
 }
 
 /// Loads, swaps and unloads the plugins of one directory, and delivers to them while this
 /// replica leads.
 ///
-/// Contract: the plugin table is written by [`apply`](Self::apply) (called by one task) and
-/// by the leadership changes [`lead`](Self::lead) and [`follow`](Self::follow); `writing`
-/// serialises them, so that each sees the table as the last one left it (loading, the slow
-/// part, runs outside it). [`reports`](Self::reports) reads snapshots. A change never
+/// Contract: an entry's phase changes only through [`step`](Self::step), its lifecycle's
+/// transition function. The serving versions are changed by [`apply`](Self::apply) (called
+/// by one task) and by the leadership changes [`lead`](Self::lead) and
+/// [`follow`](Self::follow); `writing` serialises them, so that each sees the table as the
+/// last one left it (loading, the slow part, runs outside it). [`reports`](Self::reports) reads snapshots. A change never
 /// interrupts a call in flight; a file that fails any load stage leaves the version already
 /// serving in place. A new host leads; call `follow` before loading to start as a follower.
 pub(crate) struct PluginHost {
@@ -212,7 +192,7 @@ impl PluginHost {
     pub(crate) fn served(&self) -> BTreeMap<String, String> {
         self.table()
             .values()
-            .filter_map(|entry| entry.serving.as_ref())
+            .filter_map(|entry| entry.lifecycle.serving())
             .map(|serving| (serving.plugin.name().to_owned(), serving.hash.to_string()))
             .collect()
     }
@@ -237,6 +217,24 @@ impl PluginHost {
         self.table.lock().expect("plugin table poisoned by a panic")
     }
 
+    /// Steps the lifecycle of the plugin at `path` through `event`, its counts kept while it
+    /// lives, and wakes whoever follows the states. Returns the version that stopped serving,
+    /// for the caller to stop.
+    fn step(&self, path: &Path, event: Event<Serving>) -> Option<Serving> {
+        let mut table = self.table();
+        let (current, retired) = match table.remove(path) {
+            Some(entry) => (Some(entry.lifecycle), entry.retired),
+            None => (None, Retired::default()),
+        };
+        let step = Lifecycle::step(current, event);
+        if let Some(lifecycle) = step.next {
+            table.insert(path.to_owned(), Entry { lifecycle, retired });
+        }
+        drop(table);
+        self.changed();
+        step.retired
+    }
+
     /// Loads of new or changed files so far, by result.
     pub(crate) fn reload_counts(&self) -> &ReloadCounts {
         &self.reloads
@@ -252,17 +250,8 @@ impl PluginHost {
         for change in changes {
             match change {
                 Change::Present(content) => {
-                    let mut table = self.table();
-                    let entry = table.entry(content.path.clone()).or_default();
-                    if entry.tried.replace(content.hash) != Some(content.hash) {
-                        entry.loading = true;
-                    }
                     // This content supersedes a version still waiting to start.
-                    if let Some(syncing) = entry.syncing.take() {
-                        syncing.cancel.cancel();
-                    }
-                    drop(table);
-                    self.changed();
+                    self.step(&content.path, Event::Proposed(content.hash));
                     contents.push(content);
                 }
                 Change::Rejected { path, error } => {
@@ -297,25 +286,33 @@ impl PluginHost {
         retry.into_inner().expect("retry list poisoned by a panic")
     }
 
-    /// Records a failed load; a version already serving keeps serving.
+    /// Records a failed load; a version already serving keeps serving, and one whose
+    /// informers are late keeps waiting for them.
     fn failed(&self, failure: LoadFailure) {
         let path = failure.path().to_owned();
         let mut message = failure.message();
         if failure.is_retryable() {
             message.push_str(" (tried again at each rescan of the directory)");
         }
-        let mut table = self.table();
-        let entry = table.entry(path.clone()).or_default();
-        let keeps = entry.serving.as_ref().map(|r| r.plugin.name().to_owned());
-        entry.loading = false;
-        entry.last_error = Some(message.clone());
-        entry.failure_summary = Some(failure.summary());
+        let keeps = self
+            .table()
+            .get(&path)
+            .and_then(|entry| entry.lifecycle.serving())
+            .map(|serving| serving.plugin.name().to_owned());
         if let Some(name) = failure.plugin() {
-            entry.described_as = Some(name.to_owned());
+            self.step(&path, Event::Described(name.to_owned()));
         }
-        drop(table);
+        let recorded = Failure {
+            message: message.clone(),
+            summary: failure.summary(),
+        };
+        let event = match failure {
+            LoadFailure::NotSynced { .. } => Event::Stalled(recorded),
+            _ => Event::Failed(recorded),
+        };
+        // A failure retires nothing.
+        let _ = self.step(&path, event);
         self.reloads.failure.fetch_add(1, Ordering::Relaxed);
-        self.changed();
         match keeps {
             Some(plugin) => {
                 error!(file = %path.display(), %plugin, "{message}; the version already running keeps serving");
@@ -327,25 +324,21 @@ impl PluginHost {
     /// Unloads the plugin of a removed file once its calls in flight finish.
     async fn remove(&self, path: &Path) {
         let _writing = self.writing.lock().await;
-        let entry = self.table().remove(path);
-        self.changed();
-        if let Some(syncing) = entry.as_ref().and_then(|e| e.syncing.as_ref()) {
-            syncing.cancel.cancel();
+        let Some(serving) = self.step(path, Event::Withdrawn) else {
+            return;
+        };
+        let name = serving.plugin.name().to_owned();
+        if let Some(delivering) = serving.delivering {
+            delivering.stop(&name).await;
         }
-        if let Some(serving) = entry.and_then(|e| e.serving) {
-            let name = serving.plugin.name().to_owned();
-            if let Some(delivering) = serving.delivering {
-                delivering.stop(&name).await;
-            }
-            info!(plugin = %name, file = %path.display(), "plugin unloaded: its file was removed");
-        }
+        info!(plugin = %name, file = %path.display(), "plugin unloaded: its file was removed");
     }
 
     /// The series each serving plugin defined through `metrics`, by plugin name.
     pub(crate) fn plugin_series(&self) -> Vec<(String, BTreeMap<SeriesKey, MetricValue>)> {
         self.table()
             .values()
-            .filter_map(|entry| entry.serving.as_ref())
+            .filter_map(|entry| entry.lifecycle.serving())
             .map(|serving| {
                 let plugin = &serving.plugin;
                 (plugin.name().to_owned(), plugin.metrics().snapshot())
@@ -353,17 +346,14 @@ impl PluginHost {
             .collect()
     }
 
-    /// Empties the table: versions waiting to start never will; the serving ones are
-    /// returned to be stopped.
+    /// Empties the table, every plugin withdrawn: versions waiting to start never will; the
+    /// serving ones are returned to be stopped.
     fn take_serving(&self) -> Vec<Serving> {
-        std::mem::take(&mut *self.table())
+        let table = std::mem::take(&mut *self.table());
+        self.changed();
+        table
             .into_values()
-            .filter_map(|entry| {
-                if let Some(syncing) = &entry.syncing {
-                    syncing.cancel.cancel();
-                }
-                entry.serving
-            })
+            .filter_map(|entry| Lifecycle::step(Some(entry.lifecycle), Event::Withdrawn).retired)
             .collect()
     }
 

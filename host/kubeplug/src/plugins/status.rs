@@ -140,23 +140,21 @@ pub(crate) struct ReloadCounts {
 }
 
 pub(super) fn report(file: &Path, entry: &Entry) -> PluginReport {
-    let serving = entry.serving.as_ref();
+    let lifecycle = &entry.lifecycle;
+    let serving = lifecycle.serving();
     let status = serving.map(|r| r.plugin.status());
     let delivering = serving.and_then(|r| r.delivering.as_ref());
-    let state = match (&status, entry.loading) {
-        (_, true) => "loading",
-        _ if entry.syncing.is_some() && entry.last_error.is_none() => "syncing",
-        (Some(_), false) if delivering.is_none() => "standby",
-        (Some(status), false) => match status.state {
+    let state = lifecycle.state_name(|serving| match &serving.delivering {
+        None => "standby",
+        Some(_) => match serving.plugin.status().state {
             RunState::Running => "running",
             RunState::Quarantined { .. } => "quarantined",
             RunState::Stopped => "stopped",
         },
-        (None, false) => "failed",
-    };
+    });
     let last_error = match status.as_ref().map(|s| &s.state) {
         Some(RunState::Quarantined { last_error, .. }) => Some(last_error.clone()),
-        _ => entry.last_error.clone(),
+        _ => lifecycle.failure().map(|failure| failure.message.clone()),
     };
     let mut totals = entry.retired.totals();
     if let Some(serving) = serving {
@@ -168,7 +166,7 @@ pub(super) fn report(file: &Path, entry: &Entry) -> PluginReport {
         hash: serving.map(|r| r.hash.to_string()),
         name: serving
             .map(|r| r.plugin.name().to_owned())
-            .or_else(|| entry.described_as.clone()),
+            .or_else(|| lifecycle.described_as().map(str::to_owned)),
         version: serving.map(|r| r.plugin.description().version.clone()),
         state,
         last_error,
@@ -223,22 +221,22 @@ impl StartReadiness {
             failed: Vec::new(),
         };
         for (file, entry) in entries {
-            let name = entry
-                .serving
-                .as_ref()
+            let lifecycle = &entry.lifecycle;
+            let serving = lifecycle.serving();
+            let name = serving
                 .map(|serving| serving.plugin.name().to_owned())
-                .or_else(|| entry.described_as.clone())
+                .or_else(|| lifecycle.described_as().map(str::to_owned))
                 .unwrap_or_else(|| file_stem(file));
-            let failed =
-                entry.serving.is_none() && entry.failure_summary.is_some() && !entry.loading;
-            if failed {
-                let summary = entry.failure_summary.clone().unwrap_or_default();
-                readiness.failed.push((name.clone(), summary));
+            let failed = lifecycle.has_failed();
+            if failed && let Some(failure) = lifecycle.failure() {
+                readiness
+                    .failed
+                    .push((name.clone(), failure.summary.clone()));
             }
             if !at_start.contains(file) {
                 continue;
             }
-            if entry.serving.is_some() {
+            if serving.is_some() {
                 readiness.started += 1;
             } else if !failed {
                 readiness.waiting.push(name);

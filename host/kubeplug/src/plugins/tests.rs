@@ -965,7 +965,7 @@ impl Harness {
     /// The serving version's hash and the events it handled itself.
     fn serving(&self, file: &str) -> Option<(ContentHash, u64)> {
         let table = self.host.table();
-        let running = table.get(&self.file(file))?.serving.as_ref()?;
+        let running = table.get(&self.file(file))?.lifecycle.serving()?;
         Some((running.hash, running.plugin.status().events_delivered))
     }
 
@@ -991,11 +991,18 @@ impl Harness {
     async fn swap_to(&self, file: &str, bytes: &[u8]) -> Duration {
         let hash = ContentHash::of(bytes);
         let renamed = self.publish(file, bytes);
-        eventually("the new version handles a delta", LONG, || {
-            self.serving(file)
-                .is_some_and(|(serving, events)| serving == hash && events > 0)
-        })
-        .await;
+        let deadline = Instant::now() + LONG;
+        while !self
+            .serving(file)
+            .is_some_and(|(serving, events)| serving == hash && events > 0)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting until the new version of {file} handles a delta: {:?}",
+                self.report(file)
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         renamed.elapsed()
     }
 }

@@ -1,0 +1,340 @@
+//! One plugin's lifecycle: which version serves, which one is on its way, and why the last
+//! one tried does not serve, changed only by [`Lifecycle::step`].
+//!
+//! The lifecycle is generic over the serving version (`S`) so that its transitions are
+//! tested without loading plugins; the host's is [`Serving`](super::Serving).
+
+use std::fmt;
+
+use tokio_util::sync::CancellationToken;
+
+use super::ContentHash;
+
+/// Why the last version tried does not serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Failure {
+    /// The whole failure with its sources, as `/plugins` and the log show it.
+    pub(super) message: String,
+    /// The failure in the host's words only, for `/readyz`, which answers anyone.
+    pub(super) summary: String,
+}
+
+/// A version on its way to serving.
+#[derive(Debug)]
+pub(super) enum Candidate {
+    /// Going through the load stages. `retry`: its content is the one tried last (a load that
+    /// failed for a reason outside the file, tried again), so that `/plugins` keeps showing
+    /// that failure instead of flapping between `failed` and `loading`.
+    Loading { retry: bool },
+    /// Loaded, waiting for the informers it reads to sync; cancelling `cancel` ends the wait.
+    Syncing { cancel: CancellationToken },
+}
+
+impl Candidate {
+    /// Ends a wait for informers: a newer version or the identity's withdrawal supersedes it.
+    fn supersede(self) {
+        if let Candidate::Syncing { cancel } = self {
+            cancel.cancel();
+        }
+    }
+}
+
+/// Where a plugin identity is. Every state that has no serving version has a candidate or
+/// a failure, and a candidate is loading or syncing, never both.
+enum Phase<S> {
+    /// No version serves; `candidate` is on its way. `failure`: an earlier version's, or
+    /// the candidate's informers missing their sync deadline (it still waits).
+    Starting {
+        candidate: Candidate,
+        failure: Option<Failure>,
+    },
+    /// No version serves, nor is one on its way: the last one tried failed.
+    Failed { failure: Failure },
+    /// `serving` serves (delivering while this replica leads); `candidate`, if any, is a
+    /// newer version on its way; `failure`, the last newer version's, which left `serving`
+    /// in place.
+    Serving {
+        serving: S,
+        candidate: Option<Candidate>,
+        failure: Option<Failure>,
+    },
+}
+
+/// What happened to a plugin identity.
+pub(super) enum Event<S> {
+    /// A source proposes this content for it.
+    Proposed(ContentHash),
+    /// The candidate described itself with this name.
+    Described(String),
+    /// The candidate loaded and waits for its informers.
+    Syncing(CancellationToken),
+    /// Something is stuck but nothing ends: the candidate's informers missed its sync
+    /// deadline (it still waits), or the serving version could not start delivering (it
+    /// stays loaded).
+    Stalled(Failure),
+    /// The candidate (or, with no candidate, the source's proposal) failed; a serving
+    /// version keeps serving.
+    Failed(Failure),
+    /// The candidate serves now, in a version of its own.
+    Installed(S),
+    /// The candidate took the serving version's place in its running listeners; the caller
+    /// updated the serving version's data in place.
+    Swapped,
+    /// Its source withdrew it.
+    Withdrawn,
+}
+
+/// One plugin identity's state. Contract: changed only by [`step`](Self::step); the serving
+/// version's own data (which plugin object, whether it delivers) is changed in place by
+/// whoever holds the table, through [`serving_mut`](Self::serving_mut).
+pub(super) struct Lifecycle<S> {
+    phase: Phase<S>,
+    /// The content last proposed.
+    tried: Option<ContentHash>,
+    /// The name its last candidate described itself with, so that `/plugins` names a
+    /// plugin that never served.
+    described_as: Option<String>,
+}
+
+/// The outcome of a step: the next state (`None`: the identity is gone) and what the
+/// caller must carry out.
+pub(super) struct Step<S> {
+    pub(super) next: Option<Lifecycle<S>>,
+    /// A version that no longer serves: stop it once its calls in flight finish.
+    pub(super) retired: Option<S>,
+}
+
+impl<S> fmt::Debug for Lifecycle<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lifecycle")
+            .field("state", &self.state_name(|_| "serving"))
+            .field("described_as", &self.described_as)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Lifecycle<S> {
+    /// The transition function: `current` (`None` for an identity not seen yet) after
+    /// `event`. A superseded candidate's wait is cancelled here.
+    pub(super) fn step(current: Option<Self>, event: Event<S>) -> Step<S> {
+        let Some(mut lifecycle) = current else {
+            return Self::first(event);
+        };
+        let mut retired = None;
+        lifecycle.phase = match (lifecycle.phase, event) {
+            (phase, Event::Described(name)) => {
+                lifecycle.described_as = Some(name);
+                phase
+            }
+            (phase, Event::Withdrawn) => {
+                let (serving, candidate) = phase.into_parts();
+                candidate.map(Candidate::supersede);
+                return Step {
+                    next: None,
+                    retired: serving,
+                };
+            }
+            (phase, Event::Proposed(hash)) => {
+                let retry = lifecycle.tried.replace(hash) == Some(hash);
+                phase.with_candidate(Candidate::Loading { retry })
+            }
+            (phase, Event::Syncing(cancel)) => phase.with_candidate(Candidate::Syncing { cancel }),
+            (Phase::Starting { candidate, .. }, Event::Stalled(failure)) => Phase::Starting {
+                candidate,
+                failure: Some(failure),
+            },
+            (
+                Phase::Serving {
+                    serving, candidate, ..
+                },
+                Event::Stalled(failure),
+            ) => Phase::Serving {
+                serving,
+                candidate,
+                failure: Some(failure),
+            },
+            // Nothing serves or waits: its own failure says more.
+            (phase @ Phase::Failed { .. }, Event::Stalled(_)) => phase,
+            (phase, Event::Failed(failure)) => {
+                let (serving, candidate) = phase.into_parts();
+                candidate.map(Candidate::supersede);
+                match serving {
+                    Some(serving) => Phase::Serving {
+                        serving,
+                        candidate: None,
+                        failure: Some(failure),
+                    },
+                    None => Phase::Failed { failure },
+                }
+            }
+            (phase, Event::Installed(serving)) => {
+                let (old, candidate) = phase.into_parts();
+                candidate.map(Candidate::supersede);
+                retired = old;
+                Phase::Serving {
+                    serving,
+                    candidate: None,
+                    failure: None,
+                }
+            }
+            (Phase::Serving { serving, .. }, Event::Swapped) => Phase::Serving {
+                serving,
+                candidate: None,
+                failure: None,
+            },
+            // Nothing serves in place of which a candidate could swap.
+            (phase, Event::Swapped) => phase,
+        };
+        Step {
+            next: Some(lifecycle),
+            retired,
+        }
+    }
+
+    /// An identity's first event.
+    fn first(event: Event<S>) -> Step<S> {
+        let fresh = |phase| Lifecycle {
+            phase,
+            tried: None,
+            described_as: None,
+        };
+        let next = match event {
+            Event::Proposed(hash) => Some(Lifecycle {
+                tried: Some(hash),
+                ..fresh(Phase::Starting {
+                    candidate: Candidate::Loading { retry: false },
+                    failure: None,
+                })
+            }),
+            Event::Failed(failure) => Some(fresh(Phase::Failed { failure })),
+            // Of an identity withdrawn meanwhile: nothing to record or wait for, and a
+            // version that must not run.
+            Event::Installed(serving) => {
+                return Step {
+                    next: None,
+                    retired: Some(serving),
+                };
+            }
+            Event::Syncing(cancel) => {
+                cancel.cancel();
+                None
+            }
+            Event::Described(_) | Event::Stalled(_) | Event::Swapped | Event::Withdrawn => None,
+        };
+        Step {
+            next,
+            retired: None,
+        }
+    }
+
+    /// The version serving, if any.
+    pub(super) fn serving(&self) -> Option<&S> {
+        match &self.phase {
+            Phase::Serving { serving, .. } => Some(serving),
+            Phase::Starting { .. } | Phase::Failed { .. } => None,
+        }
+    }
+
+    /// The version serving, to change its own data in place.
+    pub(super) fn serving_mut(&mut self) -> Option<&mut S> {
+        match &mut self.phase {
+            Phase::Serving { serving, .. } => Some(serving),
+            Phase::Starting { .. } | Phase::Failed { .. } => None,
+        }
+    }
+
+    /// The failure `/plugins` shows.
+    pub(super) fn failure(&self) -> Option<&Failure> {
+        match &self.phase {
+            Phase::Starting { failure, .. } | Phase::Serving { failure, .. } => failure.as_ref(),
+            Phase::Failed { failure } => Some(failure),
+        }
+    }
+
+    /// The name its last candidate described itself with.
+    pub(super) fn described_as(&self) -> Option<&str> {
+        self.described_as.as_deref()
+    }
+
+    /// Whether no version serves and the last one failed, and no new content is loading:
+    /// what `/readyz` counts as failed (a retry of the same content, or a candidate still
+    /// waiting past its deadline, does not hide the failure).
+    pub(super) fn has_failed(&self) -> bool {
+        match &self.phase {
+            Phase::Failed { .. } => true,
+            Phase::Starting {
+                candidate,
+                failure: Some(_),
+            } => !matches!(candidate, Candidate::Loading { retry: false }),
+            Phase::Starting { failure: None, .. } | Phase::Serving { .. } => false,
+        }
+    }
+
+    /// The state `/plugins` names, `serving` naming a serving version's (`running`,
+    /// `standby`, ...) when no candidate or failure says more.
+    pub(super) fn state_name(&self, serving: impl Fn(&S) -> &'static str) -> &'static str {
+        let (candidate, failure) = match &self.phase {
+            Phase::Failed { .. } => return "failed",
+            Phase::Starting { candidate, failure } => (Some(candidate), failure.is_some()),
+            Phase::Serving {
+                candidate, failure, ..
+            } => (candidate.as_ref(), failure.is_some()),
+        };
+        match (candidate, failure) {
+            (Some(Candidate::Loading { retry: false }), _) => "loading",
+            (Some(Candidate::Loading { retry: true }), false) => "loading",
+            (Some(Candidate::Syncing { .. }), false) => "syncing",
+            _ => match self.serving() {
+                Some(version) => serving(version),
+                None => "failed",
+            },
+        }
+    }
+}
+
+impl<S> Phase<S> {
+    /// The serving version and the candidate apart.
+    fn into_parts(self) -> (Option<S>, Option<Candidate>) {
+        match self {
+            Phase::Starting { candidate, .. } => (None, Some(candidate)),
+            Phase::Failed { .. } => (None, None),
+            Phase::Serving {
+                serving, candidate, ..
+            } => (Some(serving), candidate),
+        }
+    }
+
+    /// The same phase with `candidate` on its way, superseding the one before; a failure
+    /// stays shown until a version serves.
+    fn with_candidate(self, candidate: Candidate) -> Self {
+        match self {
+            Phase::Starting {
+                candidate: older,
+                failure,
+            } => {
+                older.supersede();
+                Phase::Starting { candidate, failure }
+            }
+            Phase::Failed { failure } => Phase::Starting {
+                candidate,
+                failure: Some(failure),
+            },
+            Phase::Serving {
+                serving,
+                candidate: older,
+                failure,
+            } => {
+                older.map(Candidate::supersede);
+                Phase::Serving {
+                    serving,
+                    candidate: Some(candidate),
+                    failure,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "lifecycle/tests.rs"]
+mod tests;
