@@ -54,7 +54,7 @@ pub(crate) enum EventsError {
         size: u64,
     },
     /// A document is not valid YAML or JSON, or not an event.
-    #[error("{path}:{line}: event {index}: {reason}", path = path.display())]
+    #[error("{path}:{line}: event {index}", path = path.display())]
     Invalid {
         /// The file.
         path: PathBuf,
@@ -63,8 +63,41 @@ pub(crate) enum EventsError {
         /// The line of the problem (or of the document's start), from 1.
         line: usize,
         /// What is wrong.
-        reason: String,
+        #[source]
+        reason: DocumentError,
     },
+}
+
+/// What is wrong with one document: the reason of [`EventsError::Invalid`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DocumentError {
+    /// Not YAML.
+    #[error(transparent)]
+    Yaml(#[from] serde_yaml_ng::Error),
+    /// Not JSON.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// Flow collections nest deeper than [`MAX_DEPTH`].
+    #[error("nests deeper than {MAX_DEPTH} levels")]
+    TooDeep,
+    /// Not a mapping.
+    #[error("not a mapping; write {{type: ADDED, object: {{...}}}}")]
+    NotAMapping,
+    /// An ERROR event, as a watch ends with.
+    #[error("an ERROR event: {message}")]
+    ErrorEvent {
+        /// Its `message`, or `(no message)`.
+        message: String,
+    },
+    /// A `type` none of a watch event's.
+    #[error("type {0:?} is not ADDED, MODIFIED, DELETED or BOOKMARK")]
+    UnknownType(String),
+    /// Neither an envelope nor a bare object.
+    #[error("neither a watch event ({{type, object}}) nor an object (apiVersion, kind)")]
+    NeitherEventNorObject,
+    /// The object lacks `apiVersion`, `kind` or `metadata.name`.
+    #[error("the object has no {0}")]
+    MissingField(&'static str),
 }
 
 /// What happened to the object, as a watch event says.
@@ -199,7 +232,7 @@ pub(crate) fn parse(path: &Path, text: &str) -> Result<Vec<InputEvent>, EventsEr
     let mut events = Vec::new();
     for (position, document) in documents.into_iter().enumerate() {
         let index = position + 1;
-        let invalid = |line: usize, reason: String| EventsError::Invalid {
+        let invalid = |line: usize, reason: DocumentError| EventsError::Invalid {
             path: path.to_owned(),
             index,
             line,
@@ -223,8 +256,8 @@ pub(crate) fn parse(path: &Path, text: &str) -> Result<Vec<InputEvent>, EventsEr
 struct Document {
     /// The line its content starts on.
     line: usize,
-    /// The value, or the line of the error and the parser's message.
-    value: Result<Value, (usize, String)>,
+    /// The value, or the line of the error and the error.
+    value: Result<Value, (usize, DocumentError)>,
 }
 
 /// Splits at `---` lines so that every document knows its line; empty documents are left out.
@@ -256,17 +289,16 @@ fn yaml_documents(text: &str) -> Vec<Document> {
                 .count();
             let line = first_line + skipped;
             if let Some(deep) = flow_depth_exceeds(&chunk, MAX_DEPTH) {
-                let reason = format!("nests deeper than {MAX_DEPTH} levels");
                 return Some(Document {
                     line,
-                    value: Err((first_line + deep - 1, reason)),
+                    value: Err((first_line + deep - 1, DocumentError::TooDeep)),
                 });
             }
             let value = serde_yaml_ng::from_str::<Value>(&chunk).map_err(|error| {
                 let at = error
                     .location()
                     .map_or(line, |location| first_line + location.line() - 1);
-                (at, error.to_string())
+                (at, error.into())
             });
             match value {
                 Ok(Value::Null) => None,
@@ -348,7 +380,7 @@ fn json_documents(text: &str) -> Vec<Document> {
             Some(Err(error)) => {
                 documents.push(Document {
                     line: line_of(start),
-                    value: Err((error.line(), error.to_string())),
+                    value: Err((error.line(), error.into())),
                 });
                 break;
             }
@@ -358,9 +390,9 @@ fn json_documents(text: &str) -> Vec<Document> {
 }
 
 /// The change and object a document describes; `None` for a bookmark.
-fn to_event(document: Value) -> Result<Option<(Change, Value)>, String> {
+fn to_event(document: Value) -> Result<Option<(Change, Value)>, DocumentError> {
     let Value::Object(mut fields) = document else {
-        return Err("not a mapping; write {type: ADDED, object: {...}}".into());
+        return Err(DocumentError::NotAMapping);
     };
     let (change, object) = match fields.remove("object") {
         Some(object) => {
@@ -369,24 +401,16 @@ fn to_event(document: Value) -> Result<Option<(Change, Value)>, String> {
                 (Some(change), _) => (change, object),
                 (None, "BOOKMARK") => return Ok(None),
                 (None, "ERROR") => {
-                    return Err(format!(
-                        "an ERROR event: {}",
-                        object["message"].as_str().unwrap_or("(no message)")
-                    ));
+                    let message = object["message"].as_str().unwrap_or("(no message)");
+                    return Err(DocumentError::ErrorEvent {
+                        message: message.to_owned(),
+                    });
                 }
-                (None, _) => {
-                    return Err(format!(
-                        "type {kind:?} is not ADDED, MODIFIED, DELETED or BOOKMARK"
-                    ));
-                }
+                (None, _) => return Err(DocumentError::UnknownType(kind.to_owned())),
             }
         }
         None if fields.contains_key("kind") => (Change::Modified, Value::Object(fields)),
-        None => {
-            return Err(
-                "neither a watch event ({type, object}) nor an object (apiVersion, kind)".into(),
-            );
-        }
+        None => return Err(DocumentError::NeitherEventNorObject),
     };
     for (field, value) in [
         ("apiVersion", &object["apiVersion"]),
@@ -394,7 +418,7 @@ fn to_event(document: Value) -> Result<Option<(Change, Value)>, String> {
         ("metadata.name", &object["metadata"]["name"]),
     ] {
         if value.as_str().is_none_or(str::is_empty) {
-            return Err(format!("the object has no {field}"));
+            return Err(DocumentError::MissingField(field));
         }
     }
     Ok(Some((change, object)))
@@ -484,7 +508,10 @@ mod tests {
             ("e.yaml", "- a list\n", "event 1", "not a mapping"),
         ];
         for (file, text, place, cause) in cases {
-            let error = parse(Path::new(file), text).unwrap_err().to_string();
+            let error = format!(
+                "{:#}",
+                anyhow::Error::new(parse(Path::new(file), text).unwrap_err())
+            );
             assert!(
                 error.contains(place) && error.contains(cause),
                 "{text:?}: {error}"
@@ -514,10 +541,25 @@ mod tests {
     fn deep_nesting_is_refused_naming_the_line() {
         let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
         let yaml = format!("type: ADDED\nobject:\n  spec: {deep}\n");
-        let error = parse(Path::new("e.yaml"), &yaml).unwrap_err().to_string();
-        assert_eq!(error, "e.yaml:3: event 1: nests deeper than 128 levels");
+        let error = parse(Path::new("e.yaml"), &yaml).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                EventsError::Invalid {
+                    line: 3,
+                    reason: DocumentError::TooDeep,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert_eq!(
+            format!("{:#}", anyhow::Error::new(error)),
+            "e.yaml:3: event 1: nests deeper than 128 levels"
+        );
         let json = format!("{{\"type\":\"ADDED\",\"object\":{deep}}}");
-        let error = parse(Path::new("e.json"), &json).unwrap_err().to_string();
+        let error = parse(Path::new("e.json"), &json).unwrap_err();
+        let error = format!("{:#}", anyhow::Error::new(error));
         assert!(error.contains("recursion limit exceeded"), "{error}");
     }
 

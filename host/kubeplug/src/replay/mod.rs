@@ -26,10 +26,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Context as _, anyhow, bail};
+use anyhow::{Context as _, bail};
 use kubeplug_informer::factory::SharedInformerFactory;
 use kubeplug_informer::object::ObjectKey;
 use kubeplug_informer::reflector::ReflectorConfig;
+use kubeplug_informer::source::Status;
 use kubeplug_local::LocalCluster;
 use kubeplug_runtime::{
     ClusterWriter, Description, Gvk, PluginLimits, PluginSpec, Runtime, RuntimeConfig,
@@ -177,9 +178,9 @@ async fn replay(
     description: &Description,
     steps: &mut Vec<Step>,
 ) -> anyhow::Result<()> {
-    pipeline.settle(args.timeout).await.map_err(|busy| {
-        anyhow!(
-            "the plugin did not finish with the initial list within {:?}: {busy}",
+    pipeline.settle(args.timeout).await.with_context(|| {
+        format!(
+            "the plugin did not finish with the initial list within {:?}",
             args.timeout
         )
     })?;
@@ -195,15 +196,15 @@ async fn replay(
             event.index
         );
         let info = write_event(cluster, event, &args.events, description)
-            .map_err(|reason| anyhow!("{place}: {reason}"))?;
+            .with_context(|| place.clone())?;
         let settled = pipeline.settle(args.timeout).await;
         steps.push(Step {
             event: Some(info),
             calls: journal.take(),
         });
-        settled.map_err(|busy| {
-            anyhow!(
-                "{place}: the plugin did not finish within {:?}: {busy}",
+        settled.with_context(|| {
+            format!(
+                "{place}: the plugin did not finish within {:?}",
                 args.timeout
             )
         })?;
@@ -227,6 +228,33 @@ fn configuration_used(args: &TestArgs, config: &Config) -> Configuration {
     }
 }
 
+/// Why an event could not be written to the local cluster.
+#[derive(Debug, thiserror::Error)]
+enum WriteEventError {
+    /// No resource of the cluster serves the event's type.
+    #[error("no resource serves {api_version} {kind}")]
+    NoResource {
+        /// The event object's `apiVersion`.
+        api_version: String,
+        /// Its `kind`.
+        kind: String,
+    },
+    /// The object's `metadata` is not a mapping.
+    #[error("metadata is not a mapping")]
+    MetadataNotAMapping,
+    /// The cluster refused the write with this `Status`.
+    #[error("the cluster refused it: {0}")]
+    Refused(Status),
+    /// A DELETED event of an object the cluster does not hold.
+    #[error("DELETED {resource} {key}, which does not exist")]
+    DeletedMissing {
+        /// The object's resource.
+        resource: String,
+        /// The object's key.
+        key: ObjectKey,
+    },
+}
+
 /// Writes one event to the cluster as an API client would: ADDED and MODIFIED create or
 /// replace the object (the server assigns its resourceVersion), DELETED deletes it.
 fn write_event(
@@ -234,20 +262,17 @@ fn write_event(
     event: &InputEvent,
     file: &Path,
     description: &Description,
-) -> Result<EventInfo, String> {
+) -> Result<EventInfo, WriteEventError> {
     let resource = cluster
         .resolve(event.api_version(), event.kind())
-        .ok_or_else(|| {
-            format!(
-                "no resource serves {} {}",
-                event.api_version(),
-                event.kind()
-            )
+        .ok_or_else(|| WriteEventError::NoResource {
+            api_version: event.api_version().to_owned(),
+            kind: event.kind().to_owned(),
         })?;
     let mut object = event.object.clone();
     let metadata = object["metadata"]
         .as_object_mut()
-        .ok_or("metadata is not a mapping")?;
+        .ok_or(WriteEventError::MetadataNotAMapping)?;
     // A recorded version belongs to another server: it would be a precondition here.
     metadata.remove("resourceVersion");
     let namespace = kubeplug_local::scope_namespace(&resource, metadata);
@@ -257,12 +282,15 @@ fn write_event(
     let written = match event.change {
         Change::Added | Change::Modified => server
             .apply(&resource, &object.to_string())
-            .map_err(|status| format!("the cluster refused it: {status}"))?,
+            .map_err(WriteEventError::Refused)?,
         Change::Deleted => server.delete(&resource, &key).map_err(|status| {
             if status.code == 404 {
-                format!("DELETED {resource} {key}, which does not exist")
+                WriteEventError::DeletedMissing {
+                    resource: resource.to_string(),
+                    key: key.clone(),
+                }
             } else {
-                format!("the cluster refused it: {status}")
+                WriteEventError::Refused(status)
             }
         })?,
     };

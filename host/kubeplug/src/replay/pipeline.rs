@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail};
+use anyhow::{Context as _, anyhow, bail};
 use kubeplug_informer::factory::{InformerKey, Needs, Registration, SharedInformerFactory};
 use kubeplug_informer::informer::HandlerOptions;
 use kubeplug_informer::listener::{BufferPolicy, ListenerProbe};
@@ -31,6 +31,30 @@ const REBOOKMARK: Duration = Duration::from_millis(100);
 
 /// The longest a plugin's write waits for the informers to have it.
 const CATCH_UP: Duration = Duration::from_secs(5);
+
+/// What keeps the plugin from being idle: what a wait that ran out reports.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Busy {
+    /// An informer has not yet handed every change of the cluster to its listeners.
+    #[error("the informer of {informer} is at resourceVersion {synced:?}, the cluster at {target}")]
+    InformerBehind {
+        /// The informer's key.
+        informer: String,
+        /// The resourceVersion it last synced to.
+        synced: String,
+        /// The cluster's.
+        target: u64,
+    },
+    /// Notifications wait in the listeners' buffers or in a batch being delivered.
+    #[error("{0} notifications are not yet handled by the plugin")]
+    Unhandled(usize),
+    /// Keys wait in the work queue or are being reconciled.
+    #[error("{0} keys are queued or being reconciled")]
+    Reconciling(usize),
+    /// The cluster changed while the other checks ran.
+    #[error("the plugin wrote to the cluster meanwhile")]
+    WroteMeanwhile,
+}
 
 /// The plugin's deliveries, wired as `PluginHost` wires them (see `PluginHost::install`),
 /// with what [`busy`](Self::busy) needs to see that it is idle.
@@ -123,7 +147,7 @@ impl Pipeline {
         pipeline
             .wait(timeout, |pipeline| pipeline.informers.behind())
             .await
-            .map_err(|behind| anyhow!("the cache did not sync within {timeout:?}: {behind}"))?;
+            .with_context(|| format!("the cache did not sync within {timeout:?}"))?;
         let control = &pipeline.control;
         let (tasks, reconcile) = match description.delivery {
             Delivery::Events => (
@@ -153,7 +177,7 @@ impl Pipeline {
     /// What is still moving, if anything. The checks follow the data (informers, listener
     /// buffers and the batches taken from them, the work queue), then make sure nothing
     /// was written meanwhile: whatever moves later was caused by a stage seen busy.
-    fn busy(&self) -> Option<String> {
+    fn busy(&self) -> Option<Busy> {
         let server = self.informers.cluster.server();
         let target = server.current_resource_version();
         if let Some(behind) = self.informers.behind() {
@@ -161,22 +185,19 @@ impl Pipeline {
         }
         let unhandled: usize = self.probes.iter().map(ListenerProbe::unhandled).sum();
         if unhandled > 0 {
-            return Some(format!(
-                "{unhandled} notifications are not yet handled by the plugin"
-            ));
+            return Some(Busy::Unhandled(unhandled));
         }
         if let Some((queue, _)) = &self.reconcile {
             let work = queue.len() + queue.processing();
             if work > 0 {
-                return Some(format!("{work} keys are queued or being reconciled"));
+                return Some(Busy::Reconciling(work));
             }
         }
-        (server.current_resource_version() != target)
-            .then(|| "the plugin wrote to the cluster meanwhile".to_owned())
+        (server.current_resource_version() != target).then_some(Busy::WroteMeanwhile)
     }
 
     /// Waits until the plugin is idle; after `timeout`, says what is still busy.
-    pub(super) async fn settle(&self, timeout: Duration) -> Result<(), String> {
+    pub(super) async fn settle(&self, timeout: Duration) -> Result<(), Busy> {
         self.wait(timeout, Self::busy).await
     }
 
@@ -184,8 +205,8 @@ impl Pipeline {
     async fn wait(
         &self,
         timeout: Duration,
-        busy: impl Fn(&Self) -> Option<String>,
-    ) -> Result<(), String> {
+        busy: impl Fn(&Self) -> Option<Busy>,
+    ) -> Result<(), Busy> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let Some(busy) = busy(self) else {
@@ -231,7 +252,7 @@ impl Informers {
     }
 
     /// An informer that has not yet handed every change of the cluster to its listeners.
-    fn behind(&self) -> Option<String> {
+    fn behind(&self) -> Option<Busy> {
         let target = self.cluster.server().current_resource_version();
         for key in self.factory.keys() {
             let Some(informer) = self.factory.informer(&key) else {
@@ -245,9 +266,11 @@ impl Informers {
                 || !informer.has_complete_cache()
             {
                 self.bookmark(target);
-                return Some(format!(
-                    "the informer of {key} is at resourceVersion {synced:?}, the cluster at {target}"
-                ));
+                return Some(Busy::InformerBehind {
+                    informer: key.to_string(),
+                    synced,
+                    target,
+                });
             }
         }
         None
