@@ -94,6 +94,41 @@ pub(crate) enum Change {
     Removed(PathBuf),
 }
 
+/// Why a plugin file cannot be used as it is.
+#[derive(Debug, thiserror::Error)]
+enum Rejection {
+    /// Its own stat failed.
+    #[error("cannot stat it")]
+    Stat(#[source] std::io::Error),
+    /// A symlink whose target is missing or unreachable.
+    #[error("it is a symlink that does not resolve")]
+    DanglingLink(#[source] std::io::Error),
+    /// A symlink leaving the directory.
+    #[error(
+        "it is a symlink to {}, outside the plugins directory {}; only links that stay inside \
+         it (as in a ConfigMap volume) are followed",
+        target.display(),
+        dir.display()
+    )]
+    LinkOutside { target: PathBuf, dir: PathBuf },
+    /// The stat of its symlink's target failed.
+    #[error("cannot stat {}", target.display())]
+    TargetStat {
+        target: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A directory, device, socket or pipe.
+    #[error("it is not a regular file")]
+    NotAFile,
+    /// Larger than `DirConfig::max_file_size`.
+    #[error("it is {len} bytes, more than the {max} allowed for a plugin file")]
+    TooLarge { len: u64, max: u64 },
+    /// Reading it failed.
+    #[error("cannot read it")]
+    Unreadable(#[source] std::io::Error),
+}
+
 /// What identifies one version of a file on disk without reading it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stat {
@@ -321,7 +356,7 @@ impl PluginDir {
                 Err(error) => {
                     let tracked = self.tracked.entry(path.clone()).or_default();
                     (tracked.stat, tracked.read_at) = (None, None);
-                    reject(tracked, &path, error, &mut changes);
+                    reject(tracked, &path, &error, &mut changes);
                     continue;
                 }
             };
@@ -378,12 +413,7 @@ impl PluginDir {
                 // Removed since the stat: the next scan reports it gone.
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
                 Err(error) => {
-                    reject(
-                        tracked,
-                        &path,
-                        format!("cannot read it: {error}"),
-                        &mut changes,
-                    );
+                    reject(tracked, &path, &Rejection::Unreadable(error), &mut changes);
                 }
             }
         }
@@ -408,45 +438,42 @@ impl PluginDir {
 
     /// The stat of the regular file `path` is or points to, `None` if `path` itself is gone,
     /// or why it cannot be used.
-    fn resolve(&self, path: &Path) -> Result<Option<Stat>, String> {
+    fn resolve(&self, path: &Path) -> Result<Option<Stat>, Rejection> {
         let link = match std::fs::symlink_metadata(path) {
             Ok(link) => link,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(error) => return Err(format!("cannot stat it: {error}")),
+            Err(error) => return Err(Rejection::Stat(error)),
         };
         let metadata = if link.file_type().is_symlink() {
-            let target = path
-                .canonicalize()
-                .map_err(|e| format!("it is a symlink that does not resolve: {e}"))?;
+            let target = path.canonicalize().map_err(Rejection::DanglingLink)?;
             if !target.starts_with(&self.canonical) {
-                return Err(format!(
-                    "it is a symlink to {}, outside the plugins directory {}; only links that \
-                     stay inside it (as in a ConfigMap volume) are followed",
-                    target.display(),
-                    self.canonical.display()
-                ));
+                return Err(Rejection::LinkOutside {
+                    target,
+                    dir: self.canonical.clone(),
+                });
             }
-            std::fs::metadata(&target)
-                .map_err(|e| format!("cannot stat {}: {e}", target.display()))?
+            std::fs::metadata(&target).map_err(|source| Rejection::TargetStat { target, source })?
         } else {
             link
         };
         if !metadata.file_type().is_file() {
-            return Err("it is not a regular file".to_owned());
+            return Err(Rejection::NotAFile);
         }
         if metadata.len() > self.config.max_file_size {
-            return Err(format!(
-                "it is {} bytes, more than the {} allowed for a plugin file",
-                metadata.len(),
-                self.config.max_file_size
-            ));
+            return Err(Rejection::TooLarge {
+                len: metadata.len(),
+                max: self.config.max_file_size,
+            });
         }
         Ok(Some(Stat::of(&metadata)))
     }
 }
 
-/// Hands out a rejection of `path`, unless the same one was handed out last.
-fn reject(tracked: &mut Tracked, path: &Path, error: String, changes: &mut Vec<Change>) {
+/// Hands out a rejection of `path`, unless the same one was handed out last. As text with
+/// its causes: the host reports it as `LoadFailure::Rejected`, whose cause is text, and
+/// compares it with the last one handed out.
+fn reject(tracked: &mut Tracked, path: &Path, rejection: &Rejection, changes: &mut Vec<Change>) {
+    let error = kubeplug_kube::config::error_chain(rejection);
     let outcome = Some(Outcome::Rejected(error.clone()));
     if tracked.handed_out != outcome {
         tracked.handed_out = outcome;
