@@ -105,7 +105,7 @@ pub(crate) fn offline_spec(
 ) -> anyhow::Result<(PluginSpec, PluginSettings)> {
     let bytes = std::fs::read(path)
         .with_context(|| format!("cannot read the plugin {}", path.display()))?;
-    let configured = plugin_settings(config, path, namespace).map_err(anyhow::Error::msg)?;
+    let configured = plugin_settings(config, path, namespace)?;
     let spec = PluginSpec {
         path: path.to_owned(),
         bytes,

@@ -18,8 +18,12 @@ pub(crate) enum LoadFailure {
     #[error("{path}: {cause}", path = path.display())]
     Rejected { path: PathBuf, cause: String },
     /// Its configuration section is invalid.
-    #[error("{path}: settings: {cause}", path = path.display())]
-    Settings { path: PathBuf, cause: String },
+    #[error("{path}: settings", path = path.display())]
+    Settings {
+        path: PathBuf,
+        #[source]
+        source: crate::config::ParseError,
+    },
     /// Compile, link, init, describe or validation failed.
     #[error(transparent)]
     Load(#[from] LoadError),

@@ -68,10 +68,10 @@ impl PluginHost {
             sha256,
             sync_deadline,
             buffer_budget,
-        } = plugin_settings(&self.config, &path, self.namespace.as_deref()).map_err(|cause| {
+        } = plugin_settings(&self.config, &path, self.namespace.as_deref()).map_err(|source| {
             LoadFailure::Settings {
                 path: path.clone(),
-                cause,
+                source,
             }
         })?;
         // Checked before a byte of it is compiled.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use kubeplug_runtime::{DescriptionBounds, PluginLimits, Rate};
 
-use crate::config::{Config, SandboxLimits};
+use crate::config::{Config, ParseError, SandboxLimits};
 
 /// What the configuration gives one plugin file.
 #[derive(Debug, Clone)]
@@ -28,13 +28,12 @@ pub(crate) struct PluginSettings {
 
 /// The settings, grants, limits and pin of the section named like `file`'s stem
 /// (`label-audit.wasm` → `[plugins.label-audit]`), with `[defaults]` for what it leaves out;
-/// writes bounded to `namespace`, the host's. The error is text with every cause in it, as
-/// `LoadFailure::Settings` carries it.
+/// writes bounded to `namespace`, the host's; an error names the section at fault.
 pub(crate) fn plugin_settings(
     config: &Config,
     file: &Path,
     namespace: Option<&str>,
-) -> Result<PluginSettings, String> {
+) -> Result<PluginSettings, ParseError> {
     let stem = file
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -47,9 +46,7 @@ pub(crate) fn plugin_settings(
     let limits = config.limits_of(&stem);
     Ok(PluginSettings {
         settings,
-        grants: config
-            .grants_of(&stem, namespace)
-            .map_err(|e| kubeplug_kube::config::error_chain(&e))?,
+        grants: config.grants_of(&stem, namespace)?,
         limits: runtime_limits(&limits),
         sync_deadline: Duration::from_secs(limits.sync_deadline_s),
         buffer_budget: (limits.buffer_budget_mib as usize) << 20,

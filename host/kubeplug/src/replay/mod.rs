@@ -87,7 +87,7 @@ pub(crate) async fn test(args: TestArgs) -> anyhow::Result<()> {
         grants,
         limits,
         ..
-    } = plugin_settings(&config, &args.plugin, None).map_err(anyhow::Error::msg)?;
+    } = plugin_settings(&config, &args.plugin, None)?;
     let settings = match args.settings.clone() {
         Some(json) => {
             serde_json::from_str::<serde_json::Value>(&json)
