@@ -31,9 +31,10 @@ pub(super) enum Candidate {
 }
 
 impl Candidate {
-    /// Ends a wait for informers: a newer version or the identity's withdrawal supersedes it.
-    fn supersede(self) {
-        if let Candidate::Syncing { cancel } = self {
+    /// Ends a candidate's wait for informers, if it waits: a newer version, a failure or
+    /// the identity's withdrawal supersedes it.
+    fn supersede(candidate: Option<Self>) {
+        if let Some(Candidate::Syncing { cancel }) = candidate {
             cancel.cancel();
         }
     }
@@ -128,7 +129,7 @@ impl<S> Lifecycle<S> {
             }
             (phase, Event::Withdrawn) => {
                 let (serving, candidate) = phase.into_parts();
-                candidate.map(Candidate::supersede);
+                Candidate::supersede(candidate);
                 return Step {
                     next: None,
                     retired: serving,
@@ -157,7 +158,7 @@ impl<S> Lifecycle<S> {
             (phase @ Phase::Failed { .. }, Event::Stalled(_)) => phase,
             (phase, Event::Failed(failure)) => {
                 let (serving, candidate) = phase.into_parts();
-                candidate.map(Candidate::supersede);
+                Candidate::supersede(candidate);
                 match serving {
                     Some(serving) => Phase::Serving {
                         serving,
@@ -169,7 +170,7 @@ impl<S> Lifecycle<S> {
             }
             (phase, Event::Installed(serving)) => {
                 let (old, candidate) = phase.into_parts();
-                candidate.map(Candidate::supersede);
+                Candidate::supersede(candidate);
                 retired = old;
                 Phase::Serving {
                     serving,
@@ -312,7 +313,7 @@ impl<S> Phase<S> {
                 candidate: older,
                 failure,
             } => {
-                older.supersede();
+                Candidate::supersede(Some(older));
                 Phase::Starting { candidate, failure }
             }
             Phase::Failed { failure } => Phase::Starting {
@@ -324,7 +325,7 @@ impl<S> Phase<S> {
                 candidate: older,
                 failure,
             } => {
-                older.map(Candidate::supersede);
+                Candidate::supersede(older);
                 Phase::Serving {
                     serving,
                     candidate: Some(candidate),

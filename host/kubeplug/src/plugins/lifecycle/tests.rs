@@ -4,6 +4,12 @@ use super::*;
 
 type Version = &'static str;
 
+/// A state's label, the events that reach it, and its syncing candidate's token, if any.
+type Reached = (&'static str, Vec<Event<Version>>, Option<CancellationToken>);
+
+/// An event's label and a maker of a fresh one.
+type Make = (&'static str, fn() -> Event<Version>);
+
 fn hash(byte: u8) -> ContentHash {
     ContentHash([byte; 32])
 }
@@ -36,7 +42,7 @@ fn name(state: &Option<Lifecycle<Version>>) -> &'static str {
 
 /// The states worth telling apart, each reached the way the host reaches it, with the
 /// syncing candidate's token where there is one.
-fn states() -> Vec<(&'static str, Vec<Event<Version>>, Option<CancellationToken>)> {
+fn states() -> Vec<Reached> {
     let token = CancellationToken::new;
     let mut states = Vec::new();
     let mut add = |label, events: Vec<Event<Version>>, cancel: Option<CancellationToken>| {
@@ -116,7 +122,7 @@ fn states() -> Vec<(&'static str, Vec<Event<Version>>, Option<CancellationToken>
 #[test]
 fn every_event_in_every_state() {
     type Expect = (&'static str, Option<Version>, Vec<Version>, bool);
-    let events: Vec<(&str, fn() -> Event<Version>)> = vec![
+    let events: Vec<Make> = vec![
         ("proposed new", || Event::Proposed(hash(9))),
         ("proposed again", || Event::Proposed(hash(1))),
         ("described", || Event::Described("named".to_owned())),
