@@ -1,6 +1,7 @@
 //! Delivering to a plugin version: registering a handler per subscription, starting the
 //! events driver or the reconcile workers, and stopping or draining them.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use kubeplug_informer::factory::{FactoryError, InformerKey, Needs};
@@ -98,6 +99,24 @@ async fn join_all(plugin: &str, tasks: Vec<JoinHandle<()>>) {
 }
 
 impl PluginHost {
+    /// Hands `delivering` to the version serving at `path`. Whatever it displaces, or itself
+    /// when nothing serves there any more, is stopped. Whether it was placed.
+    pub(super) async fn place(&self, path: &Path, delivering: Delivering, plugin: &str) -> bool {
+        let (placed, displaced) = match self
+            .table()
+            .get_mut(path)
+            .and_then(|entry| entry.lifecycle.serving_mut())
+        {
+            Some(serving) => (true, serving.delivering.replace(delivering)),
+            None => (false, Some(delivering)),
+        };
+        if let Some(displaced) = displaced {
+            displaced.stop(plugin).await;
+        }
+        self.changed();
+        placed
+    }
+
     /// Registers a handler for each of `plugin`'s subscriptions (`keys` in their order). An
     /// events-mode plugin's buffers keep every notification within `budget` bytes of
     /// superseded object JSON, and the latest state per key past it; a reconcile plugin's

@@ -135,19 +135,9 @@ impl PluginHost {
                 .and_then(|registered| self.deliver(&plugin, registered));
             match started {
                 Ok(delivering) => {
-                    let unplaced = match self
-                        .table()
-                        .get_mut(&path)
-                        .and_then(|entry| entry.lifecycle.serving_mut())
-                    {
-                        Some(serving) => serving.delivering.replace(delivering),
-                        None => Some(delivering),
-                    };
-                    if let Some(unplaced) = unplaced {
-                        unplaced.stop(plugin.name()).await;
+                    if !self.place(&path, delivering, plugin.name()).await {
                         continue;
                     }
-                    self.changed();
                     info!(plugin = plugin.name(), file = %path.display(), "plugin running: this replica leads");
                 }
                 Err(source) => {

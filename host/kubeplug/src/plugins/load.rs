@@ -370,19 +370,7 @@ impl PluginHost {
             return Ok(());
         };
         let delivering = self.deliver(&plugin, registered).map_err(start)?;
-        let unplaced = match self
-            .table()
-            .get_mut(&path)
-            .and_then(|entry| entry.lifecycle.serving_mut())
-        {
-            Some(serving) => serving.delivering.replace(delivering),
-            // Withdrawn meanwhile (not while `writing` is held; said for completeness).
-            None => Some(delivering),
-        };
-        if let Some(unplaced) = unplaced {
-            unplaced.stop(&name).await;
-        }
-        self.changed();
+        self.place(&path, delivering, &name).await;
         info!(plugin = %name, %version, file = %path.display(), %hash, "plugin running");
         Ok(())
     }
