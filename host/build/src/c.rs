@@ -14,7 +14,7 @@ use std::process::Command;
 use wit_component::ComponentEncoder;
 use wit_parser::{Resolve, WorldId};
 
-use crate::process::{apt_install, create_dir, is_root, run, runs};
+use crate::process::{apt_install, create_dir, is_root, run, runs, write_atomically};
 use crate::python::{install_venv, pinned_in};
 use crate::{BuildError, BuildOptions, Language, Project, Toolchains};
 
@@ -286,7 +286,9 @@ pub(crate) fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf
         &format!("making a component of C plugin {name} ({})", core.display()),
     )?;
     let out = work.join(format!("{name}.wasm"));
-    std::fs::write(&out, component).map_err(BuildError::io("writing", &out))?;
+    // Read by the caller after the build's lock is released, maybe while the next build of
+    // the plugin writes it again.
+    write_atomically(&out, &component)?;
     Ok(out)
 }
 

@@ -232,6 +232,12 @@ pub fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf, Build
         toolchains: options.toolchains.clone(),
         work: absolute(&options.work)?,
     };
+    // The plugin's staging and work directories are shared by whoever builds it.
+    let _turn = process::lock(&options.work.join("locks").join(format!(
+        "{}-{}.lock",
+        project.language.id(),
+        project.name
+    )))?;
     match project.language {
         Language::Rust => {
             let manifest = project.dir.join("Cargo.toml");
@@ -263,4 +269,58 @@ pub fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf, Build
 /// so that a host watching `to` never reads half a component.
 pub fn publish(built: &Path, to: &Path) -> Result<(), BuildError> {
     process::copy_if_changed(built, to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tests of one binary build the example plugins at once, and builds of one plugin
+    /// shared its work directory: a JavaScript build lost the staged sources another had just
+    /// removed ("copying …/handler.js: No such file"), and clang crashed on C bindings
+    /// another build was rewriting (both seen in CI). Builds of one plugin now take turns:
+    /// all of them succeed, with the same component.
+    #[test]
+    fn builds_of_one_plugin_at_once_all_succeed() {
+        let repository = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        for (name, language) in [
+            ("label-audit-js", Language::JavaScript),
+            ("label-audit-c", Language::C),
+        ] {
+            let project = Project {
+                name: name.to_owned(),
+                dir: repository.join("plugins/examples").join(name),
+                language,
+            };
+            for round in 0..2 {
+                // A new work directory each round: a JavaScript build done once is up to date.
+                let scratch = tempfile::tempdir().unwrap();
+                let options = BuildOptions {
+                    wit: repository.join("wit"),
+                    // Where `cargo xtask install-toolchains` installs them, as CI does.
+                    toolchains: Toolchains::new(repository.join("target/toolchains")),
+                    work: scratch.path().to_owned(),
+                };
+                let components: Vec<Vec<u8>> = std::thread::scope(|scope| {
+                    let builds: Vec<_> = (0..4)
+                        .map(|_| scope.spawn(|| build(&project, &options)))
+                        .collect();
+                    builds
+                        .into_iter()
+                        .map(|build| {
+                            let built = build
+                                .join()
+                                .unwrap()
+                                .unwrap_or_else(|e| panic!("{name}, round {round}: {e}"));
+                            std::fs::read(built).unwrap()
+                        })
+                        .collect()
+                });
+                assert!(
+                    components.windows(2).all(|pair| pair[0] == pair[1]),
+                    "{name}, round {round}: the builds made different components"
+                );
+            }
+        }
+    }
 }

@@ -82,17 +82,42 @@ pub(crate) fn create_dir(dir: &Path) -> Result<(), BuildError> {
     std::fs::create_dir_all(dir).map_err(BuildError::io("creating", dir))
 }
 
-/// Copies `from` to `to` unless `to` already has the same bytes, through a temporary file
-/// of a unique name renamed into place: two builds publishing one plugin at once (tests of
-/// one binary run in parallel) each rename a whole file of their own, and a watched plugins
-/// directory never sees half of one.
-pub(crate) fn copy_if_changed(from: &Path, to: &Path) -> Result<(), BuildError> {
-    use std::io::Write as _;
+/// Holds `path`, a lock file, exclusively until the returned file is dropped, waiting for
+/// whoever holds it. A build's staging and work directories are the plugin's, whoever
+/// builds it, so two builds of one plugin at once (the tests of one binary run in parallel,
+/// as may two `kubeplug build`s) would remove and rewrite each other's files mid-compile.
+/// An advisory `flock`: it holds between processes as between threads, and is released
+/// when a build crashes.
+pub(crate) fn lock(path: &Path) -> Result<std::fs::File, BuildError> {
+    if let Some(dir) = path.parent() {
+        create_dir(dir)?;
+    }
+    let file = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(BuildError::io("opening the lock file", path))?;
+    file.lock().map_err(BuildError::io("locking", path))?;
+    Ok(file)
+}
 
+/// Copies `from` to `to` unless `to` already has the same bytes, through
+/// [`write_atomically`]: two builds publishing one plugin at once each rename a whole file
+/// of their own, and a watched plugins directory never sees half of one.
+pub(crate) fn copy_if_changed(from: &Path, to: &Path) -> Result<(), BuildError> {
     let bytes = std::fs::read(from).map_err(BuildError::io("reading", from))?;
     if std::fs::read(to).is_ok_and(|old| old == bytes) {
         return Ok(());
     }
+    write_atomically(to, &bytes)
+}
+
+/// Writes `bytes` to `to` through a temporary file of a unique name renamed into place, so
+/// that a reader of `to` sees the old file or the new one, never half of one.
+pub(crate) fn write_atomically(to: &Path, bytes: &[u8]) -> Result<(), BuildError> {
+    use std::io::Write as _;
+
     let dir = to.parent().filter(|dir| !dir.as_os_str().is_empty());
     let dir = dir.unwrap_or(Path::new("."));
     create_dir(dir)?;
@@ -100,7 +125,7 @@ pub(crate) fn copy_if_changed(from: &Path, to: &Path) -> Result<(), BuildError> 
         .prefix(".publishing-")
         .tempfile_in(dir)
         .map_err(BuildError::io("creating a temporary file in", dir))?;
-    tmp.write_all(&bytes)
+    tmp.write_all(bytes)
         .map_err(BuildError::io("writing", tmp.path()))?;
     tmp.persist(to)
         .map(drop)

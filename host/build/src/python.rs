@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::process::{apt_install, create_dir, run, up_to_date};
+use crate::process::{apt_install, create_dir, run, up_to_date, write_atomically};
 use crate::{BuildError, BuildOptions, Language, Project, Toolchains};
 
 /// The module every Python plugin has; the other modules of its directory can be imported.
@@ -107,12 +107,12 @@ pub(crate) fn build(project: &Project, options: &BuildOptions) -> Result<PathBuf
     let work = options.work.join("python");
     create_dir(&work)?;
     let out = work.join(format!("{name}.wasm"));
-    // Written only when it changed, so that its time stamp says when it did.
+    // Written only when it changed, so that its time stamp says when it did; and whole, as
+    // every Python plugin's build reads it, whichever holds its own plugin's lock.
     let sdk = work.join("sdk");
-    create_dir(&sdk)?;
     let staged_sdk = sdk.join(SDK_FILE);
     if std::fs::read_to_string(&staged_sdk).ok().as_deref() != Some(SDK) {
-        std::fs::write(&staged_sdk, SDK).map_err(BuildError::io("writing", &staged_sdk))?;
+        write_atomically(&staged_sdk, SDK.as_bytes())?;
     }
     // The tool itself stands for its version: reinstalling it makes it newer.
     let tool = tool(&options.toolchains);
