@@ -327,25 +327,49 @@ impl LeaderElector {
         }
     }
 
-    /// Gives the Lease up so that another replica can take it without waiting it out.
+    /// Gives the Lease up so that another replica can take it without waiting it out. A
+    /// conflict means the Lease changed since it was last read; most often by this replica,
+    /// a renewal the shutdown interrupted after the server applied it. So the release reads
+    /// it again and tries once more while this replica still holds it.
     async fn release(&mut self) {
-        let Some((record, _)) = self.observed.clone() else {
+        const ATTEMPTS: usize = 2;
+        let Some((mut record, _)) = self.observed.clone() else {
             return;
         };
-        if record.holder.as_deref() != Some(self.identity.as_str()) {
-            return;
-        }
-        let now = Timestamp::now();
-        let released = LeaseRecord {
-            holder: None,
-            lease_duration_seconds: 1,
-            acquire_time: Some(now),
-            renew_time: Some(now),
-            ..record
-        };
-        match self.store.update(released).await {
-            Ok(_) => info!(identity = %self.identity, "released the Lease"),
-            Err(error) => warn!(%error, "could not release the Lease; it expires on its own"),
+        for attempt in 1..=ATTEMPTS {
+            if record.holder.as_deref() != Some(self.identity.as_str()) {
+                return;
+            }
+            let now = Timestamp::now();
+            let released = LeaseRecord {
+                holder: None,
+                lease_duration_seconds: 1,
+                acquire_time: Some(now),
+                renew_time: Some(now),
+                ..record
+            };
+            let error = match self.store.update(released).await {
+                Ok(_) => {
+                    info!(identity = %self.identity, "released the Lease");
+                    return;
+                }
+                Err(error) => error,
+            };
+            let reread = match error {
+                LeaseError::Conflict { .. } if attempt < ATTEMPTS => self.store.get().await,
+                error => {
+                    warn!(%error, "could not release the Lease; it expires on its own");
+                    return;
+                }
+            };
+            match reread {
+                Ok(Some(current)) => record = current,
+                Ok(None) => return,
+                Err(error) => {
+                    warn!(%error, "could not release the Lease; it expires on its own");
+                    return;
+                }
+            }
         }
     }
 }

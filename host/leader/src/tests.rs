@@ -210,3 +210,33 @@ async fn releasing_on_shutdown_lets_the_other_take_over_at_once() {
     stop_b.cancel();
     task_b.await.unwrap();
 }
+
+/// A shutdown that interrupts a renewal the server applied (its answer never read) left the
+/// leader releasing with the version before it: the release was refused as a conflict and
+/// the Lease held until it expired (seen in CI against kube-apiserver). The release reads
+/// the Lease again and, still the holder, gives it up.
+#[tokio::test(start_paused = true)]
+async fn a_release_after_an_unanswered_renewal_still_releases() {
+    let store = Arc::new(MemoryLeases::default());
+    let (_, a) = replica(&store, "a");
+    let stop = CancellationToken::new();
+    let (leading, task) = a.run(stop.clone());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(*leading.borrow());
+    // The renewal the shutdown cut short: written, unseen by the elector.
+    if let Some((_, version)) = store.lease.lock().unwrap().as_mut() {
+        *version += 1;
+    }
+    stop.cancel();
+    task.await.unwrap();
+    let holder = store
+        .lease
+        .lock()
+        .unwrap()
+        .as_ref()
+        .unwrap()
+        .0
+        .holder
+        .clone();
+    assert_eq!(holder, None, "a released the Lease");
+}
