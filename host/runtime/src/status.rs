@@ -8,9 +8,10 @@ use std::time::Duration;
 use kubeplug_policy::names::quoted;
 
 /// What a plugin is doing now.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum RunState {
     /// Receiving deliveries.
+    #[default]
     Running,
     /// Paused after too many consecutive failures; its buffers keep only the latest state
     /// per key. It is retried after `retry_in`.
@@ -37,7 +38,10 @@ pub struct PluginStats {
     pub(crate) quarantines: AtomicU64,
     pub(crate) consecutive_failures: AtomicU64,
     pub(crate) call_nanos: AtomicU64,
-    pub(crate) state: Mutex<Option<RunState>>,
+    /// Written by its driver (through [`set_state`](Self::set_state)) only; whoever follows
+    /// it subscribes ([`watch_state`](Self::watch_state)). A watch channel holds the latest
+    /// value alone: a follower that lags sees the state now, not every one between.
+    pub(crate) state: tokio::sync::watch::Sender<RunState>,
     pub(crate) last_error: Mutex<Option<String>>,
 }
 
@@ -96,8 +100,19 @@ impl PluginStats {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Sets its state, waking whoever follows it only when it changes.
     pub(crate) fn set_state(&self, state: RunState) {
-        *lock(&self.state) = Some(state);
+        self.state.send_if_modified(|current| {
+            let changed = *current != state;
+            *current = state;
+            changed
+        });
+    }
+
+    /// Its state now and at every change from now on (quarantined, running again,
+    /// stopped), for a host that acts on them as they happen.
+    pub fn watch_state(&self) -> tokio::sync::watch::Receiver<RunState> {
+        self.state.subscribe()
     }
 
     pub(crate) fn record_failure(&self, error: &str) -> u64 {
@@ -114,7 +129,7 @@ impl PluginStats {
     pub fn snapshot(&self) -> PluginStatus {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         PluginStatus {
-            state: lock(&self.state).clone().unwrap_or(RunState::Running),
+            state: self.state.borrow().clone(),
             events_delivered: get(&self.events_delivered),
             calls_failed: get(&self.calls_failed),
             batches_skipped: get(&self.batches_skipped),
@@ -305,6 +320,25 @@ impl PluginMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A host steps a plugin's lifecycle on each change of its state: it is woken when the
+    /// state changes, not when the driver sets the state it already had.
+    #[test]
+    fn a_state_follower_is_woken_by_changes_alone() {
+        let stats = PluginStats::default();
+        let mut states = stats.watch_state();
+        assert_eq!(*states.borrow_and_update(), RunState::Running);
+        stats.set_state(RunState::Running);
+        assert!(!states.has_changed().unwrap(), "running again is no change");
+        let quarantined = RunState::Quarantined {
+            retry_in: Duration::from_secs(1),
+            last_error: "trap".to_owned(),
+        };
+        stats.set_state(quarantined.clone());
+        assert!(states.has_changed().unwrap());
+        assert_eq!(*states.borrow_and_update(), quarantined);
+        assert_eq!(stats.snapshot().state, quarantined);
+    }
 
     #[test]
     fn metrics_validate_names_types_and_cardinality() {

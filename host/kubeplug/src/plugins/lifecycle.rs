@@ -6,6 +6,7 @@
 
 use std::fmt;
 
+use kubeplug_runtime::RunState;
 use tokio_util::sync::CancellationToken;
 
 use super::ContentHash;
@@ -51,11 +52,12 @@ enum Phase<S> {
     },
     /// No version serves, nor is one on its way: the last one tried failed.
     Failed { failure: Failure },
-    /// `serving` serves (delivering while this replica leads); `candidate`, if any, is a
-    /// newer version on its way; `failure`, the last newer version's, which left `serving`
-    /// in place.
+    /// `serving` serves (delivering while this replica leads), in the state its driver
+    /// last reported (`health`); `candidate`, if any, is a newer version on its way;
+    /// `failure`, the last newer version's, which left `serving` in place.
     Serving {
         serving: S,
+        health: RunState,
         candidate: Option<Candidate>,
         failure: Option<Failure>,
     },
@@ -81,6 +83,9 @@ pub(super) enum Event<S> {
     /// The candidate took the serving version's place in its running listeners; the caller
     /// updated the serving version's data in place.
     Swapped,
+    /// The serving version's driver reports its state: quarantined, running again, stopped.
+    /// The caller sends only the serving version's reports: an older version's are stale.
+    Health(RunState),
     /// Its source withdrew it.
     Withdrawn,
 }
@@ -108,7 +113,7 @@ pub(super) struct Step<S> {
 impl<S> fmt::Debug for Lifecycle<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lifecycle")
-            .field("state", &self.state_name(|_| "serving"))
+            .field("state", &self.state_name(|_| true))
             .field("described_as", &self.described_as)
             .finish_non_exhaustive()
     }
@@ -132,7 +137,7 @@ impl<S> Lifecycle<S> {
                 Candidate::supersede(candidate);
                 return Step {
                     next: None,
-                    retired: serving,
+                    retired: serving.map(|(serving, _)| serving),
                 };
             }
             (phase, Event::Proposed(hash)) => {
@@ -146,11 +151,15 @@ impl<S> Lifecycle<S> {
             },
             (
                 Phase::Serving {
-                    serving, candidate, ..
+                    serving,
+                    health,
+                    candidate,
+                    ..
                 },
                 Event::Stalled(failure),
             ) => Phase::Serving {
                 serving,
+                health,
                 candidate,
                 failure: Some(failure),
             },
@@ -160,8 +169,9 @@ impl<S> Lifecycle<S> {
                 let (serving, candidate) = phase.into_parts();
                 Candidate::supersede(candidate);
                 match serving {
-                    Some(serving) => Phase::Serving {
+                    Some((serving, health)) => Phase::Serving {
                         serving,
+                        health,
                         candidate: None,
                         failure: Some(failure),
                     },
@@ -171,20 +181,41 @@ impl<S> Lifecycle<S> {
             (phase, Event::Installed(serving)) => {
                 let (old, candidate) = phase.into_parts();
                 Candidate::supersede(candidate);
-                retired = old;
+                retired = old.map(|(old, _)| old);
                 Phase::Serving {
                     serving,
+                    health: RunState::Running,
                     candidate: None,
                     failure: None,
                 }
             }
+            // A new version starts afresh: the old one's quarantine was its own.
             (Phase::Serving { serving, .. }, Event::Swapped) => Phase::Serving {
                 serving,
+                health: RunState::Running,
                 candidate: None,
                 failure: None,
             },
             // Nothing serves in place of which a candidate could swap.
             (phase, Event::Swapped) => phase,
+            // A candidate on its way or a failure shown stays: the report is about the
+            // version serving meanwhile.
+            (
+                Phase::Serving {
+                    serving,
+                    candidate,
+                    failure,
+                    ..
+                },
+                Event::Health(health),
+            ) => Phase::Serving {
+                serving,
+                health,
+                candidate,
+                failure,
+            },
+            // Nothing serves whose state this could be.
+            (phase @ (Phase::Starting { .. } | Phase::Failed { .. }), Event::Health(_)) => phase,
         };
         Step {
             next: Some(lifecycle),
@@ -220,7 +251,11 @@ impl<S> Lifecycle<S> {
                 cancel.cancel();
                 None
             }
-            Event::Described(_) | Event::Stalled(_) | Event::Swapped | Event::Withdrawn => None,
+            Event::Described(_)
+            | Event::Stalled(_)
+            | Event::Swapped
+            | Event::Withdrawn
+            | Event::Health(_) => None,
         };
         Step {
             next,
@@ -241,6 +276,17 @@ impl<S> Lifecycle<S> {
         match &mut self.phase {
             Phase::Serving { serving, .. } => Some(serving),
             Phase::Starting { .. } | Phase::Failed { .. } => None,
+        }
+    }
+
+    /// The error `/plugins` shows: the serving version's quarantine's, else the failure's.
+    pub(super) fn last_error(&self) -> Option<&str> {
+        match &self.phase {
+            Phase::Serving {
+                health: RunState::Quarantined { last_error, .. },
+                ..
+            } => Some(last_error),
+            _ => self.failure().map(|failure| failure.message.as_str()),
         }
     }
 
@@ -271,9 +317,10 @@ impl<S> Lifecycle<S> {
         }
     }
 
-    /// The state `/plugins` names, `serving` naming a serving version's (`running`,
-    /// `standby`, ...) when no candidate or failure says more.
-    pub(super) fn state_name(&self, serving: impl Fn(&S) -> &'static str) -> &'static str {
+    /// The state `/plugins` names. When no candidate or failure says more, a serving
+    /// version's: `standby` when it does not deliver (`delivers` says), else `running`,
+    /// `quarantined` or `stopped` as its driver last reported.
+    pub(super) fn state_name(&self, delivers: impl Fn(&S) -> bool) -> &'static str {
         let (candidate, failure) = match &self.phase {
             Phase::Failed { .. } => return "failed",
             Phase::Starting { candidate, failure } => (Some(candidate), failure.is_some()),
@@ -285,23 +332,31 @@ impl<S> Lifecycle<S> {
             (Some(Candidate::Loading { retry: false }), _) => "loading",
             (Some(Candidate::Loading { retry: true }), false) => "loading",
             (Some(Candidate::Syncing { .. }), false) => "syncing",
-            _ => match self.serving() {
-                Some(version) => serving(version),
-                None => "failed",
+            _ => match &self.phase {
+                Phase::Serving { serving, .. } if !delivers(serving) => "standby",
+                Phase::Serving { health, .. } => match health {
+                    RunState::Running => "running",
+                    RunState::Quarantined { .. } => "quarantined",
+                    RunState::Stopped => "stopped",
+                },
+                Phase::Starting { .. } | Phase::Failed { .. } => "failed",
             },
         }
     }
 }
 
 impl<S> Phase<S> {
-    /// The serving version and the candidate apart.
-    fn into_parts(self) -> (Option<S>, Option<Candidate>) {
+    /// The serving version (with its state) and the candidate apart.
+    fn into_parts(self) -> (Option<(S, RunState)>, Option<Candidate>) {
         match self {
             Phase::Starting { candidate, .. } => (None, Some(candidate)),
             Phase::Failed { .. } => (None, None),
             Phase::Serving {
-                serving, candidate, ..
-            } => (Some(serving), candidate),
+                serving,
+                health,
+                candidate,
+                ..
+            } => (Some((serving, health)), candidate),
         }
     }
 
@@ -322,12 +377,14 @@ impl<S> Phase<S> {
             },
             Phase::Serving {
                 serving,
+                health,
                 candidate: older,
                 failure,
             } => {
                 Candidate::supersede(older);
                 Phase::Serving {
                     serving,
+                    health,
                     candidate: Some(candidate),
                     failure,
                 }

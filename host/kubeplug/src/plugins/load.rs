@@ -276,13 +276,13 @@ impl PluginHost {
     /// in-initial-list adds, and the old ones are removed after the old version's call in
     /// flight. While this replica follows,
     /// the version only waits, its informers warm.
-    pub(super) async fn install(&self, prepared: Prepared) -> Result<(), LoadFailure> {
+    pub(super) async fn install(self: &Arc<Self>, prepared: Prepared) -> Result<(), LoadFailure> {
         let _writing = self.writing.lock().await;
         self.install_locked(prepared).await
     }
 
     /// [`install`](Self::install), for a caller that holds `writing`.
-    async fn install_locked(&self, prepared: Prepared) -> Result<(), LoadFailure> {
+    async fn install_locked(self: &Arc<Self>, prepared: Prepared) -> Result<(), LoadFailure> {
         let Prepared {
             path,
             hash,
@@ -312,12 +312,15 @@ impl PluginHost {
                 && let Ok(Some(old)) = delivering.control.replace(plugin.clone())
             {
                 entry.retired.retire(old.stats().clone());
+                serving.health = self.follow_health(&path, &plugin);
                 serving.plugin = plugin;
                 serving.hash = hash;
                 serving.loaded_at = SystemTime::now();
                 serving.load_time = load_time;
+                // In the same hold: a report of the new version's state comes after.
+                let _ = Self::step_in(&mut table, &path, Event::Swapped);
                 drop(table);
-                self.step(&path, Event::Swapped);
+                self.changed();
                 self.reloads.success.fetch_add(1, Ordering::Relaxed);
                 info!(plugin = %name, %version, file = %path.display(), %hash, "plugin swapped in; it inherits the running listeners");
                 return Ok(());
@@ -348,6 +351,7 @@ impl PluginHost {
                 buffer_budget,
                 warm,
                 delivering: None,
+                health: self.follow_health(&path, &plugin),
             }),
         );
         if let Some(old) = old {

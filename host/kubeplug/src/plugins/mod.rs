@@ -15,6 +15,7 @@ mod cache;
 mod delivery;
 mod dir;
 mod failure;
+mod health;
 mod leadership;
 mod lifecycle;
 mod load;
@@ -40,6 +41,7 @@ use kubeplug_runtime::{
 };
 use kubeplug_workqueue::{Queue, Workers, WorkqueueMetrics};
 use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::{error, info};
 
 pub(crate) use cache::FactoryCache;
@@ -94,6 +96,8 @@ struct Serving {
     warm: Vec<InformerLease>,
     /// `None` while this replica follows.
     delivering: Option<Delivering>,
+    /// Tells the lifecycle of `plugin`'s run state ([`health`]); ends with the version.
+    health: AbortOnDropHandle<()>,
 }
 
 /// What keeps a plugin's deliveries going.
@@ -221,7 +225,18 @@ impl PluginHost {
     /// lives, and wakes whoever follows the states. Returns the version that stopped serving,
     /// for the caller to stop.
     fn step(&self, path: &Path, event: Event<Serving>) -> Option<Serving> {
-        let mut table = self.table();
+        let retired = Self::step_in(&mut self.table(), path, event);
+        self.changed();
+        retired
+    }
+
+    /// [`step`](Self::step) in `table`, held by a caller that changes or checks the serving
+    /// version in the same hold; the caller wakes the followers.
+    fn step_in(
+        table: &mut BTreeMap<PathBuf, Entry>,
+        path: &Path,
+        event: Event<Serving>,
+    ) -> Option<Serving> {
         let (current, retired) = match table.remove(path) {
             Some(entry) => (Some(entry.lifecycle), entry.retired),
             None => (None, Retired::default()),
@@ -230,8 +245,6 @@ impl PluginHost {
         if let Some(lifecycle) = step.next {
             table.insert(path.to_owned(), Entry { lifecycle, retired });
         }
-        drop(table);
-        self.changed();
         step.retired
     }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::SystemTime;
 
 use kubeplug_informer::listener::ListenerProbe;
-use kubeplug_runtime::{Plugin, PluginStats, RunState};
+use kubeplug_runtime::{Plugin, PluginStats};
 
 use super::{Delivering, Entry};
 
@@ -142,20 +142,9 @@ pub(crate) struct ReloadCounts {
 pub(super) fn report(file: &Path, entry: &Entry) -> PluginReport {
     let lifecycle = &entry.lifecycle;
     let serving = lifecycle.serving();
-    let status = serving.map(|r| r.plugin.status());
     let delivering = serving.and_then(|r| r.delivering.as_ref());
-    let state = lifecycle.state_name(|serving| match &serving.delivering {
-        None => "standby",
-        Some(_) => match serving.plugin.status().state {
-            RunState::Running => "running",
-            RunState::Quarantined { .. } => "quarantined",
-            RunState::Stopped => "stopped",
-        },
-    });
-    let last_error = match status.as_ref().map(|s| &s.state) {
-        Some(RunState::Quarantined { last_error, .. }) => Some(last_error.clone()),
-        _ => lifecycle.failure().map(|failure| failure.message.clone()),
-    };
+    let state = lifecycle.state_name(|serving| serving.delivering.is_some());
+    let last_error = lifecycle.last_error().map(str::to_owned);
     let mut totals = entry.retired.totals();
     if let Some(serving) = serving {
         let merged = delivering.map_or(0, Delivering::merged);

@@ -66,13 +66,14 @@ struct Handled {
 /// The cluster writer of these tests: collects the recorders' `Handled` Events, the
 /// keys whose reconcile the `reconciler` guest finished, and the `field-reader` guest's
 /// observations. A write waits while a test holds `gate` for writing (a cluster that
-/// stopped answering).
+/// stopped answering), and fails while the last field is set (a cluster that refuses).
 #[derive(Default)]
 struct Recorded(
     Mutex<Vec<Handled>>,
     Mutex<BTreeSet<String>>,
     Arc<tokio::sync::RwLock<()>>,
     Mutex<Vec<serde_json::Value>>,
+    std::sync::atomic::AtomicBool,
 );
 
 impl Recorded {
@@ -93,6 +94,11 @@ impl ClusterWriter for Recorded {
     ) -> BoxFuture<'a, Result<String, WriteError>> {
         Box::pin(async move {
             let _open = self.2.read().await;
+            if self.4.load(Ordering::Relaxed) {
+                return Err(WriteError::Unavailable(
+                    "the test refuses writes".to_owned(),
+                ));
+            }
             self.record(write);
             Ok(String::new())
         })
@@ -1636,5 +1642,64 @@ async fn a_plugin_reading_bodies_through_the_cache_never_reads_metadata_alone() 
     })
     .await;
     assert_eq!(harness.report("recorder.wasm").unwrap().last_error, None);
+    harness.stop().await;
+}
+
+/// Waits, woken by the host's change notifications alone (never by polling), until
+/// `file`'s report satisfies `done`.
+async fn notified_until(
+    harness: &Harness,
+    changes: &mut tokio::sync::watch::Receiver<u64>,
+    file: &str,
+    what: &str,
+    done: impl Fn(&PluginReport) -> bool,
+) -> PluginReport {
+    let waited = tokio::time::timeout(LONG, async {
+        loop {
+            if let Some(report) = harness.report(file).filter(|r| done(r)) {
+                return report;
+            }
+            changes.changed().await.unwrap();
+        }
+    })
+    .await;
+    waited.unwrap_or_else(|_| panic!("no change notification saying {what}"))
+}
+
+/// The lifecycle learns of a quarantine from the driver, as an event: `/plugins` shows it
+/// and whoever follows the host's changes is woken by it; a version swapped in starts
+/// afresh, however its predecessor fared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quarantine_reaches_the_lifecycle_as_an_event() {
+    let harness = Harness::start(Duration::from_millis(50)).await;
+    let mut changes = harness.host.subscribe_changes();
+    harness.publish("recorder.wasm", &guest_bytes("recorder"));
+    notified_until(&harness, &mut changes, "recorder.wasm", "running", |r| {
+        r.state == "running"
+    })
+    .await;
+    harness.recorded.4.store(true, Ordering::Relaxed);
+    // Two batches: a batch gives up after three attempts, five failures quarantine.
+    harness.write_config_map("a", 1);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    harness.write_config_map("b", 1);
+    let report = notified_until(
+        &harness,
+        &mut changes,
+        "recorder.wasm",
+        "quarantined",
+        |r| r.state == "quarantined",
+    )
+    .await;
+    let error = report.last_error.unwrap_or_default();
+    assert!(error.contains("the test refuses writes"), "{error}");
+
+    harness.recorded.4.store(false, Ordering::Relaxed);
+    harness.publish("recorder.wasm", &guest_bytes("recorder-v2"));
+    let report = notified_until(&harness, &mut changes, "recorder.wasm", "v2 running", |r| {
+        r.version.as_deref() == Some("0.2.0") && r.state == "running"
+    })
+    .await;
+    assert_eq!(report.last_error, None);
     harness.stop().await;
 }

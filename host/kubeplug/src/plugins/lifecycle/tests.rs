@@ -14,6 +14,13 @@ fn hash(byte: u8) -> ContentHash {
     ContentHash([byte; 32])
 }
 
+fn quarantined() -> RunState {
+    RunState::Quarantined {
+        retry_in: std::time::Duration::from_secs(1),
+        last_error: "trapped".to_owned(),
+    }
+}
+
 fn failure(text: &str) -> Failure {
     Failure {
         message: text.to_owned(),
@@ -33,11 +40,11 @@ fn after(events: Vec<Event<Version>>) -> (Option<Lifecycle<Version>>, Vec<Versio
     (state, retired)
 }
 
-/// `/plugins`'s state name, a serving version shown as `running`.
+/// `/plugins`'s state name, a serving version delivering.
 fn name(state: &Option<Lifecycle<Version>>) -> &'static str {
     state
         .as_ref()
-        .map_or("gone", |lifecycle| lifecycle.state_name(|_| "running"))
+        .map_or("gone", |lifecycle| lifecycle.state_name(|_| true))
 }
 
 /// The states worth telling apart, each reached the way the host reaches it, with the
@@ -82,6 +89,15 @@ fn states() -> Vec<Reached> {
     add(
         "serving",
         vec![Event::Proposed(hash(1)), Event::Installed("v1")],
+        None,
+    );
+    add(
+        "serving, quarantined",
+        vec![
+            Event::Proposed(hash(1)),
+            Event::Installed("v1"),
+            Event::Health(quarantined()),
+        ],
         None,
     );
     add(
@@ -132,8 +148,10 @@ fn every_event_in_every_state() {
         ("installed", || Event::Installed("new")),
         ("swapped", || Event::Swapped),
         ("withdrawn", || Event::Withdrawn),
+        ("quarantined", || Event::Health(quarantined())),
+        ("running again", || Event::Health(RunState::Running)),
     ];
-    let expected: Vec<(&str, [Expect; 9])> = vec![
+    let expected: Vec<(&str, [Expect; 11])> = vec![
         (
             "loading",
             [
@@ -146,6 +164,8 @@ fn every_event_in_every_state() {
                 ("running", Some("new"), vec![], false),
                 ("loading", None, vec![], false),
                 ("gone", None, vec![], false),
+                ("loading", None, vec![], false),
+                ("loading", None, vec![], false),
             ],
         ),
         (
@@ -160,6 +180,8 @@ fn every_event_in_every_state() {
                 ("running", Some("new"), vec![], true),
                 ("syncing", None, vec![], false),
                 ("gone", None, vec![], true),
+                ("syncing", None, vec![], false),
+                ("syncing", None, vec![], false),
             ],
         ),
         (
@@ -174,6 +196,8 @@ fn every_event_in_every_state() {
                 ("running", Some("new"), vec![], true),
                 ("failed", None, vec![], false),
                 ("gone", None, vec![], true),
+                ("failed", None, vec![], false),
+                ("failed", None, vec![], false),
             ],
         ),
         (
@@ -188,6 +212,8 @@ fn every_event_in_every_state() {
                 ("running", Some("new"), vec![], false),
                 ("failed", None, vec![], false),
                 ("gone", None, vec![], false),
+                ("failed", None, vec![], false),
+                ("failed", None, vec![], false),
             ],
         ),
         (
@@ -202,6 +228,8 @@ fn every_event_in_every_state() {
                 ("running", Some("new"), vec![], false),
                 ("failed", None, vec![], false),
                 ("gone", None, vec![], false),
+                ("failed", None, vec![], false),
+                ("failed", None, vec![], false),
             ],
         ),
         (
@@ -216,6 +244,24 @@ fn every_event_in_every_state() {
                 ("running", Some("new"), vec!["v1"], false),
                 ("running", Some("v1"), vec![], false),
                 ("gone", None, vec!["v1"], false),
+                ("quarantined", Some("v1"), vec![], false),
+                ("running", Some("v1"), vec![], false),
+            ],
+        ),
+        (
+            "serving, quarantined",
+            [
+                ("loading", Some("v1"), vec![], false),
+                ("loading", Some("v1"), vec![], false),
+                ("quarantined", Some("v1"), vec![], false),
+                ("syncing", Some("v1"), vec![], false),
+                ("quarantined", Some("v1"), vec![], false),
+                ("quarantined", Some("v1"), vec![], false),
+                ("running", Some("new"), vec!["v1"], false),
+                ("running", Some("v1"), vec![], false),
+                ("gone", None, vec!["v1"], false),
+                ("quarantined", Some("v1"), vec![], false),
+                ("running", Some("v1"), vec![], false),
             ],
         ),
         (
@@ -230,6 +276,8 @@ fn every_event_in_every_state() {
                 ("running", Some("new"), vec!["v1"], false),
                 ("running", Some("v1"), vec![], false),
                 ("gone", None, vec!["v1"], false),
+                ("loading", Some("v1"), vec![], false),
+                ("loading", Some("v1"), vec![], false),
             ],
         ),
         (
@@ -244,6 +292,8 @@ fn every_event_in_every_state() {
                 ("running", Some("new"), vec!["v1"], true),
                 ("running", Some("v1"), vec![], false),
                 ("gone", None, vec!["v1"], true),
+                ("syncing", Some("v1"), vec![], false),
+                ("syncing", Some("v1"), vec![], false),
             ],
         ),
         (
@@ -258,6 +308,8 @@ fn every_event_in_every_state() {
                 ("running", Some("new"), vec!["v1"], false),
                 ("running", Some("v1"), vec![], false),
                 ("gone", None, vec!["v1"], false),
+                ("quarantined", Some("v1"), vec![], false),
+                ("running", Some("v1"), vec![], false),
             ],
         ),
     ];
@@ -314,6 +366,7 @@ fn label_name(label: &str) -> &'static str {
         "syncing" => "syncing",
         "syncing late" | "failed" | "failed, tried again" => "failed",
         "serving" | "serving, v2 failed" => "running",
+        "serving, quarantined" => "quarantined",
         "serving, loading v2" => "loading",
         "serving, v2 syncing" => "syncing",
         other => panic!("unknown state {other}"),
@@ -378,4 +431,58 @@ fn the_described_name_is_kept_for_a_plugin_that_never_served() {
         Event::Failed(failure("bad")),
     ]);
     assert_eq!(state.unwrap().described_as(), Some("audit"));
+}
+
+/// A quarantine while a swap validates is the serving version's: `/plugins` shows the
+/// candidate loading with the quarantine's error, the candidate failing leaves the
+/// quarantined version serving, and the candidate swapping in starts afresh.
+#[test]
+fn a_quarantine_while_a_swap_validates() {
+    let validating = || {
+        vec![
+            Event::Proposed(hash(1)),
+            Event::Installed("v1"),
+            Event::Proposed(hash(2)),
+            Event::Health(quarantined()),
+        ]
+    };
+    let then = |event| {
+        let mut events = validating();
+        events.push(event);
+        events
+    };
+    let (state, _) = after(validating());
+    let state = state.unwrap();
+    assert_eq!(state.state_name(|_| true), "loading");
+    assert_eq!(state.last_error(), Some("trapped"));
+
+    let (state, _) = after(then(Event::Failed(failure("bad v2"))));
+    let state = state.unwrap();
+    assert_eq!(state.state_name(|_| true), "quarantined");
+    assert_eq!(state.serving(), Some(&"v1"));
+    assert_eq!(
+        state.last_error(),
+        Some("trapped"),
+        "the serving version's error first"
+    );
+    assert_eq!(state.failure(), Some(&failure("bad v2")));
+
+    let (state, _) = after(then(Event::Swapped));
+    let state = state.unwrap();
+    assert_eq!(state.state_name(|_| true), "running");
+    assert_eq!(state.last_error(), None);
+
+    let (state, _) = after(validating());
+    let state = state.unwrap();
+    assert_eq!(
+        state.state_name(|_| false),
+        "loading",
+        "a candidate says more"
+    );
+    let (state, _) = after(then(Event::Failed(failure("bad v2"))));
+    assert_eq!(
+        state.unwrap().state_name(|_| false),
+        "standby",
+        "a version that does not deliver is standing by, whatever its driver last said"
+    );
 }
