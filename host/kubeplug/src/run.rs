@@ -1,6 +1,5 @@
 //! `kubeplug run`: the host.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -329,7 +328,7 @@ const PLUGINS_CHECK: &str = "plugins";
 /// files present now, at start. Runs until cancelled.
 async fn follow_readiness(host: &PluginHost, readiness: &Readiness) {
     let mut changes = host.subscribe_changes();
-    let at_start: BTreeSet<PathBuf> = host.reports().into_iter().map(|r| r.file).collect();
+    let at_start = host.plugin_ids();
     let mut was_ready = false;
     loop {
         changes.borrow_and_update();

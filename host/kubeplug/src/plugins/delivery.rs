@@ -1,7 +1,6 @@
 //! Delivering to a plugin version: registering a handler per subscription, starting the
 //! events driver or the reconcile workers, and stopping or draining them.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use kubeplug_informer::factory::{FactoryError, InformerKey, Needs};
@@ -12,7 +11,7 @@ use kubeplug_workqueue::Queue;
 use tokio::task::JoinHandle;
 use tracing::{error, warn};
 
-use super::{Delivering, PluginHost, Registered, needs};
+use super::{Delivering, PluginHost, PluginId, Registered, needs};
 
 /// Why a version's deliveries could not start, by step; the informer factory's, the driver's
 /// or the work queue's error is the source. Retried at the next rescan
@@ -99,12 +98,12 @@ async fn join_all(plugin: &str, tasks: Vec<JoinHandle<()>>) {
 }
 
 impl PluginHost {
-    /// Hands `delivering` to the version serving at `path`. Whatever it displaces, or itself
-    /// when nothing serves there any more, is stopped. Whether it was placed.
-    pub(super) async fn place(&self, path: &Path, delivering: Delivering, plugin: &str) -> bool {
+    /// Hands `delivering` to plugin `id`'s serving version. Whatever it displaces, or itself
+    /// when no version of `id` serves any more, is stopped. Whether it was placed.
+    pub(super) async fn place(&self, id: &PluginId, delivering: Delivering, plugin: &str) -> bool {
         let (placed, displaced) = match self
             .table()
-            .get_mut(path)
+            .get_mut(id)
             .and_then(|entry| entry.lifecycle.serving_mut())
         {
             Some(serving) => (true, serving.delivering.replace(delivering)),

@@ -8,6 +8,7 @@ use kubeplug_informer::reflector::ReflectorError;
 use kubeplug_informer::source::SourceError;
 use kubeplug_runtime::{Gvk, LoadError};
 
+use super::PluginId;
 use super::delivery::StartError;
 
 /// Why a plugin file did not become, or replace, a running plugin. Each message names the
@@ -143,6 +144,11 @@ impl LoadFailure {
             | LoadFailure::NotSynced { path, .. } => path,
             LoadFailure::Load(error) => error.path(),
         }
+    }
+
+    /// The plugin that failed: today always the file's.
+    pub(super) fn id(&self) -> PluginId {
+        PluginId::File(self.path().to_owned())
     }
 
     /// The whole failure with its sources, `a: b: c`, as `/plugins` and the log show it.

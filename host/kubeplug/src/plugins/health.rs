@@ -3,54 +3,53 @@
 //! channel, and a task per serving version steps the lifecycle with it. The lifecycle is
 //! told, never polled: `/plugins` reads the state from the lifecycle alone.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use kubeplug_runtime::{Plugin, RunState};
 use tokio_util::task::AbortOnDropHandle;
 
-use super::PluginHost;
 use super::lifecycle::Event;
+use super::{PluginHost, PluginId};
 
 impl PluginHost {
-    /// Starts stepping the lifecycle at `path` with every change of `plugin`'s run state,
-    /// its state now first, for as long as `plugin` serves there. The task holds neither
+    /// Starts stepping plugin `id`'s lifecycle with every change of `plugin`'s run state,
+    /// its state now first, for as long as `plugin` is the version serving. The task holds neither
     /// the host nor the plugin; it is aborted when the returned handle drops, with the
     /// version that holds it.
     pub(super) fn follow_health(
         self: &Arc<Self>,
-        path: &Path,
+        id: &PluginId,
         plugin: &Arc<Plugin>,
     ) -> AbortOnDropHandle<()> {
         let host = Arc::downgrade(self);
         let version = Arc::downgrade(plugin);
         let mut states = plugin.stats().watch_state();
         states.mark_changed();
-        let path = path.to_owned();
+        let id = id.clone();
         AbortOnDropHandle::new(tokio::spawn(async move {
             while states.changed().await.is_ok() {
                 let state = states.borrow_and_update().clone();
                 let (Some(host), Some(plugin)) = (host.upgrade(), version.upgrade()) else {
                     return;
                 };
-                host.health_changed(&path, &plugin, state);
+                host.health_changed(&id, &plugin, state);
             }
         }))
     }
 
-    /// Steps the lifecycle at `path` with `state` if `plugin` still serves there: a report of
-    /// a version swapped out, or not yet installed, is stale.
-    fn health_changed(&self, path: &Path, plugin: &Arc<Plugin>, state: RunState) {
+    /// Steps plugin `id`'s lifecycle with `state` if `plugin` is still the version serving:
+    /// a report of a version swapped out, or not yet installed, is stale.
+    fn health_changed(&self, id: &PluginId, plugin: &Arc<Plugin>, state: RunState) {
         let mut table = self.table();
         let serves = table
-            .get(path)
+            .get(id)
             .and_then(|entry| entry.lifecycle.serving())
             .is_some_and(|serving| Arc::ptr_eq(&serving.plugin, plugin));
         if !serves {
             return;
         }
         // A report retires nothing.
-        let _ = Self::step_in(&mut table, path, Event::Health(state));
+        let _ = Self::step_in(&mut table, id, Event::Health(state));
         drop(table);
         self.changed();
     }

@@ -3,7 +3,6 @@
 //! the keys of its share, and keys a replica gains are replayed to it.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -11,7 +10,7 @@ use kubeplug_informer::factory::InformerKey;
 use kubeplug_runtime::{Delivery, KeyMapping, KeyShare, Plugin};
 use tracing::{error, info};
 
-use super::{Delivering, Entry, Event, Failure, LoadFailure, PluginHost, Serving};
+use super::{Delivering, Entry, Event, Failure, LoadFailure, PluginHost, PluginId, Serving};
 
 impl PluginHost {
     /// Makes the host deliver to each plugin only the keys [`share`](Self::share) gives it
@@ -112,15 +111,15 @@ impl PluginHost {
     pub(crate) async fn lead(&self) {
         let _writing = self.writing.lock().await;
         self.leading.store(true, Ordering::Release);
-        let waiting: Vec<(PathBuf, Arc<Plugin>, Vec<InformerKey>, usize)> = self
+        let waiting: Vec<(PluginId, Arc<Plugin>, Vec<InformerKey>, usize)> = self
             .table()
             .iter()
-            .filter_map(|(path, entry)| {
+            .filter_map(|(id, entry)| {
                 let serving = entry.lifecycle.serving()?;
                 serving.delivering.is_none().then(|| {
                     let plugin = serving.plugin.clone();
                     (
-                        path.clone(),
+                        id.clone(),
                         plugin,
                         serving.keys.clone(),
                         serving.buffer_budget,
@@ -128,28 +127,28 @@ impl PluginHost {
                 })
             })
             .collect();
-        for (path, plugin, keys, budget) in waiting {
+        for (id, plugin, keys, budget) in waiting {
             plugin.fence_writes(false);
             let started = self
                 .register(&plugin, &keys, budget)
                 .and_then(|registered| self.deliver(&plugin, registered));
             match started {
                 Ok(delivering) => {
-                    if !self.place(&path, delivering, plugin.name()).await {
+                    if !self.place(&id, delivering, plugin.name()).await {
                         continue;
                     }
-                    info!(plugin = plugin.name(), file = %path.display(), "plugin running: this replica leads");
+                    info!(plugin = plugin.name(), file = %id, "plugin running: this replica leads");
                 }
                 Err(source) => {
                     let failure = LoadFailure::Start {
-                        path: path.clone(),
+                        path: id.file().to_owned(),
                         source,
                     };
                     let message = failure.message();
                     error!(plugin = plugin.name(), "{message}");
                     // It stays loaded, its informers warm; it serves as soon as it can.
                     let _ = self.step(
-                        &path,
+                        &id,
                         Event::Stalled(Failure {
                             message,
                             summary: failure.summary(),
@@ -202,7 +201,7 @@ impl PluginHost {
 
 /// The version of `plugin` (by name) that serves and delivers, if any.
 fn delivering_named<'a>(
-    table: &'a BTreeMap<PathBuf, Entry>,
+    table: &'a BTreeMap<PluginId, Entry>,
     plugin: &str,
 ) -> Option<(&'a Serving, &'a Delivering)> {
     let serving = table

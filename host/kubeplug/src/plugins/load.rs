@@ -15,8 +15,8 @@ use tracing::info;
 use super::delivery::StartError;
 use super::status::Totals;
 use super::{
-    Event, FactoryCache, FileContent, LoadFailure, PluginHost, PluginSettings, Prepared, Serving,
-    failure, name_mismatch, needs, plugin_settings,
+    Event, FactoryCache, FileContent, LoadFailure, PluginHost, PluginId, PluginSettings, Prepared,
+    Serving, failure, name_mismatch, needs, plugin_settings,
 };
 
 impl Prepared {
@@ -46,7 +46,7 @@ impl Prepared {
         informers.sort();
         informers.dedup();
         LoadFailure::NotSynced {
-            path: self.path.clone(),
+            path: self.id.file().to_owned(),
             plugin: self.plugin.name().to_owned(),
             deadline: self.sync_deadline,
             informers,
@@ -109,7 +109,10 @@ impl PluginHost {
             .await?;
         let description = plugin.description();
         // `/plugins` names it from now on, while the rest of its load goes on.
-        self.step(&path, Event::Described(description.name.clone()));
+        self.step(
+            &PluginId::File(path.clone()),
+            Event::Described(description.name.clone()),
+        );
         if let Some(cause) = name_mismatch(&path, &description.name) {
             return Err(LoadFailure::NameMismatch {
                 path,
@@ -201,7 +204,7 @@ impl PluginHost {
             }
         }
         Ok(Prepared {
-            path,
+            id: PluginId::File(path),
             hash,
             plugin: Arc::new(plugin),
             keys,
@@ -219,10 +222,10 @@ impl PluginHost {
     /// newer version or the file's removal supersedes it first.
     pub(super) fn start_when_synced(self: &Arc<Self>, prepared: Prepared) {
         let cancel = CancellationToken::new();
-        self.step(&prepared.path, Event::Syncing(cancel.clone()));
+        self.step(&prepared.id, Event::Syncing(cancel.clone()));
         info!(
             plugin = prepared.plugin.name(),
-            file = %prepared.path.display(),
+            file = %prepared.id,
             "plugin loaded; it starts once the informers it reads have synced"
         );
         let host = self.clone();
@@ -284,7 +287,7 @@ impl PluginHost {
     /// [`install`](Self::install), for a caller that holds `writing`.
     async fn install_locked(self: &Arc<Self>, prepared: Prepared) -> Result<(), LoadFailure> {
         let Prepared {
-            path,
+            id,
             hash,
             plugin,
             keys,
@@ -296,15 +299,15 @@ impl PluginHost {
         let name = plugin.name().to_owned();
         let version = plugin.description().version.clone();
         // Withdrawn while it loaded: `remove` holds `writing` too, so this holds to the end.
-        if !self.table().contains_key(&path) {
-            info!(plugin = %name, file = %path.display(), "plugin not started: its file was removed while it loaded");
+        if !self.table().contains_key(&id) {
+            info!(plugin = %name, file = %id, "plugin not started: its file was removed while it loaded");
             return Ok(());
         }
         // A follower's plugins write nothing until it leads.
         plugin.fence_writes(!self.is_leading());
         {
             let mut table = self.table();
-            if let Some(entry) = table.get_mut(&path)
+            if let Some(entry) = table.get_mut(&id)
                 && let Some(serving) = entry.lifecycle.serving_mut()
                 && serving.keys == keys
                 && !self.replay_on_swap
@@ -312,22 +315,22 @@ impl PluginHost {
                 && let Ok(Some(old)) = delivering.control.replace(plugin.clone())
             {
                 entry.retired.retire(old.stats().clone());
-                serving.health = self.follow_health(&path, &plugin);
+                serving.health = self.follow_health(&id, &plugin);
                 serving.plugin = plugin;
                 serving.hash = hash;
                 serving.loaded_at = SystemTime::now();
                 serving.load_time = load_time;
                 // In the same hold: a report of the new version's state comes after.
-                let _ = Self::step_in(&mut table, &path, Event::Swapped);
+                let _ = Self::step_in(&mut table, &id, Event::Swapped);
                 drop(table);
                 self.changed();
                 self.reloads.success.fetch_add(1, Ordering::Relaxed);
-                info!(plugin = %name, %version, file = %path.display(), %hash, "plugin swapped in; it inherits the running listeners");
+                info!(plugin = %name, %version, file = %id, %hash, "plugin swapped in; it inherits the running listeners");
                 return Ok(());
             }
         }
         let start = |source| LoadFailure::Start {
-            path: path.clone(),
+            path: id.file().to_owned(),
             source,
         };
         // New registrations first, so that informers shared with the old version keep
@@ -341,7 +344,7 @@ impl PluginHost {
             None
         };
         let old = self.step(
-            &path,
+            &id,
             Event::Installed(Serving {
                 plugin: plugin.clone(),
                 hash,
@@ -351,7 +354,7 @@ impl PluginHost {
                 buffer_budget,
                 warm,
                 delivering: None,
-                health: self.follow_health(&path, &plugin),
+                health: self.follow_health(&id, &plugin),
             }),
         );
         if let Some(old) = old {
@@ -362,7 +365,7 @@ impl PluginHost {
             }
             // After the stop: the calls that were in flight count too.
             let totals = Totals::of(&old.plugin).with_merged(merged);
-            if let Some(entry) = self.table().get_mut(&path) {
+            if let Some(entry) = self.table().get_mut(&id) {
                 entry.retired.add(totals);
             }
         }
@@ -370,12 +373,12 @@ impl PluginHost {
         // It serves from now on, and delivers once the old version has stopped: one version
         // handles a key at a time.
         let Some(registered) = registered else {
-            info!(plugin = %name, %version, file = %path.display(), %hash, "plugin loaded; it runs once this replica leads");
+            info!(plugin = %name, %version, file = %id, %hash, "plugin loaded; it runs once this replica leads");
             return Ok(());
         };
         let delivering = self.deliver(&plugin, registered).map_err(start)?;
-        self.place(&path, delivering, &name).await;
-        info!(plugin = %name, %version, file = %path.display(), %hash, "plugin running");
+        self.place(&id, delivering, &name).await;
+        info!(plugin = %name, %version, file = %id, %hash, "plugin running");
         Ok(())
     }
 }

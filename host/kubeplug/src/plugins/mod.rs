@@ -16,6 +16,7 @@ mod delivery;
 mod dir;
 mod failure;
 mod health;
+mod identity;
 mod leadership;
 mod lifecycle;
 mod load;
@@ -23,8 +24,8 @@ mod resolver;
 mod settings;
 mod status;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -47,6 +48,7 @@ use tracing::{error, info};
 pub(crate) use cache::FactoryCache;
 pub(crate) use dir::{Change, ContentHash, DirConfig, FileContent, Hints, PluginDir, watch};
 pub(crate) use failure::LoadFailure;
+pub(crate) use identity::PluginId;
 use lifecycle::{Event, Failure, Lifecycle};
 pub(crate) use resolver::{Resolve, Resolver};
 pub(crate) use settings::{PluginSettings, name_mismatch, plugin_settings};
@@ -65,7 +67,7 @@ struct Registered {
 /// A plugin version that passed every load stage and is ready to be swapped in once the
 /// informers it reads have synced.
 struct Prepared {
-    path: PathBuf,
+    id: PluginId,
     hash: ContentHash,
     plugin: Arc<Plugin>,
     /// The informers its subscriptions need, in their order.
@@ -139,7 +141,7 @@ pub(crate) struct PluginHost {
     /// Subscriptions without a namespace of their own watch only this one, if set.
     namespace: Option<String>,
     // A std mutex: held only for short, synchronous updates, never across an `.await`.
-    table: Mutex<BTreeMap<PathBuf, Entry>>,
+    table: Mutex<BTreeMap<PluginId, Entry>>,
     /// Held by whoever changes what serves or delivers.
     writing: tokio::sync::Mutex<()>,
     /// Whether plugins are delivered to; read without `writing` by new versions' installs.
@@ -217,15 +219,15 @@ impl PluginHost {
         self.changes.subscribe()
     }
 
-    fn table(&self) -> MutexGuard<'_, BTreeMap<PathBuf, Entry>> {
+    fn table(&self) -> MutexGuard<'_, BTreeMap<PluginId, Entry>> {
         self.table.lock().expect("plugin table poisoned by a panic")
     }
 
-    /// Steps the lifecycle of the plugin at `path` through `event`, its counts kept while it
-    /// lives, and wakes whoever follows the states. Returns the version that stopped serving,
-    /// for the caller to stop.
-    fn step(&self, path: &Path, event: Event<Serving>) -> Option<Serving> {
-        let retired = Self::step_in(&mut self.table(), path, event);
+    /// Steps the lifecycle of plugin `id` through `event`, its counts kept while it lives,
+    /// and wakes whoever follows the states. Returns the version that stopped serving, for
+    /// the caller to stop.
+    fn step(&self, id: &PluginId, event: Event<Serving>) -> Option<Serving> {
+        let retired = Self::step_in(&mut self.table(), id, event);
         self.changed();
         retired
     }
@@ -233,17 +235,17 @@ impl PluginHost {
     /// [`step`](Self::step) in `table`, held by a caller that changes or checks the serving
     /// version in the same hold; the caller wakes the followers.
     fn step_in(
-        table: &mut BTreeMap<PathBuf, Entry>,
-        path: &Path,
+        table: &mut BTreeMap<PluginId, Entry>,
+        id: &PluginId,
         event: Event<Serving>,
     ) -> Option<Serving> {
-        let (current, retired) = match table.remove(path) {
+        let (current, retired) = match table.remove(id) {
             Some(entry) => (Some(entry.lifecycle), entry.retired),
             None => (None, Retired::default()),
         };
         let step = Lifecycle::step(current, event);
         if let Some(lifecycle) = step.next {
-            table.insert(path.to_owned(), Entry { lifecycle, retired });
+            table.insert(id.clone(), Entry { lifecycle, retired });
         }
         step.retired
     }
@@ -264,13 +266,14 @@ impl PluginHost {
             match change {
                 Change::Present(content) => {
                     // This content supersedes a version still waiting to start.
-                    self.step(&content.path, Event::Proposed(content.hash));
+                    let id = PluginId::File(content.path.clone());
+                    self.step(&id, Event::Proposed(content.hash));
                     contents.push(content);
                 }
                 Change::Rejected { path, error } => {
                     self.failed(LoadFailure::Rejected { path, cause: error });
                 }
-                Change::Removed(path) => self.remove(&path).await,
+                Change::Removed(path) => self.remove(&PluginId::File(path)).await,
             }
         }
         let parallel = std::thread::available_parallelism().map_or(1, usize::from);
@@ -302,18 +305,18 @@ impl PluginHost {
     /// Records a failed load; a version already serving keeps serving, and one whose
     /// informers are late keeps waiting for them.
     fn failed(&self, failure: LoadFailure) {
-        let path = failure.path().to_owned();
+        let id = failure.id();
         let mut message = failure.message();
         if failure.is_retryable() {
             message.push_str(" (tried again at each rescan of the directory)");
         }
         let keeps = self
             .table()
-            .get(&path)
+            .get(&id)
             .and_then(|entry| entry.lifecycle.serving())
             .map(|serving| serving.plugin.name().to_owned());
         if let Some(name) = failure.plugin() {
-            self.step(&path, Event::Described(name.to_owned()));
+            self.step(&id, Event::Described(name.to_owned()));
         }
         let recorded = Failure {
             message: message.clone(),
@@ -324,27 +327,28 @@ impl PluginHost {
             _ => Event::Failed(recorded),
         };
         // A failure retires nothing.
-        let _ = self.step(&path, event);
+        let _ = self.step(&id, event);
         self.reloads.failure.fetch_add(1, Ordering::Relaxed);
         match keeps {
             Some(plugin) => {
-                error!(file = %path.display(), %plugin, "{message}; the version already running keeps serving");
+                error!(file = %id, %plugin, "{message}; the version already running keeps serving");
             }
-            None => error!(file = %path.display(), "{message}"),
+            None => error!(file = %id, "{message}"),
         }
     }
 
-    /// Unloads the plugin of a removed file once its calls in flight finish.
-    async fn remove(&self, path: &Path) {
+    /// Unloads a plugin its source withdrew (its file was removed) once its calls in flight
+    /// finish.
+    async fn remove(&self, id: &PluginId) {
         let _writing = self.writing.lock().await;
-        let Some(serving) = self.step(path, Event::Withdrawn) else {
+        let Some(serving) = self.step(id, Event::Withdrawn) else {
             return;
         };
         let name = serving.plugin.name().to_owned();
         if let Some(delivering) = serving.delivering {
             delivering.stop(&name).await;
         }
-        info!(plugin = %name, file = %path.display(), "plugin unloaded: its file was removed");
+        info!(plugin = %name, file = %id, "plugin unloaded: its file was removed");
     }
 
     /// The series each serving plugin defined through `metrics`, by plugin name.
@@ -370,20 +374,22 @@ impl PluginHost {
             .collect()
     }
 
-    /// Whether the plugins of `at_start` (the files present when the host started) let the
+    /// Whether the plugins of `at_start` (those present when the host started) let the
     /// host be ready; see [`StartReadiness`].
-    pub(crate) fn start_readiness(
-        &self,
-        at_start: &std::collections::BTreeSet<PathBuf>,
-    ) -> StartReadiness {
+    pub(crate) fn start_readiness(&self, at_start: &BTreeSet<PluginId>) -> StartReadiness {
         StartReadiness::of(self.table().iter(), at_start)
+    }
+
+    /// Every plugin seen, whatever its state.
+    pub(crate) fn plugin_ids(&self) -> BTreeSet<PluginId> {
+        self.table().keys().cloned().collect()
     }
 
     /// Every plugin file seen, with its state.
     pub(crate) fn reports(&self) -> Vec<PluginReport> {
         self.table()
             .iter()
-            .map(|(file, entry)| report(file, entry))
+            .map(|(id, entry)| report(id, entry))
             .collect()
     }
 

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use kubeplug_informer::listener::ListenerProbe;
 use kubeplug_runtime::{Plugin, PluginStats};
 
-use super::{Delivering, Entry};
+use super::{Delivering, Entry, PluginId};
 
 /// Counts of versions that stopped serving, so that a file's totals survive reloads.
 #[derive(Debug, Default, Clone, Copy)]
@@ -139,7 +139,7 @@ pub(crate) struct ReloadCounts {
     pub(crate) failure: AtomicU64,
 }
 
-pub(super) fn report(file: &Path, entry: &Entry) -> PluginReport {
+pub(super) fn report(id: &PluginId, entry: &Entry) -> PluginReport {
     let lifecycle = &entry.lifecycle;
     let serving = lifecycle.serving();
     let delivering = serving.and_then(|r| r.delivering.as_ref());
@@ -151,7 +151,7 @@ pub(super) fn report(file: &Path, entry: &Entry) -> PluginReport {
         totals.add(Totals::of(&serving.plugin).with_merged(merged));
     }
     PluginReport {
-        file: file.to_owned(),
+        file: id.file().to_owned(),
         hash: serving.map(|r| r.hash.to_string()),
         name: serving
             .map(|r| r.plugin.name().to_owned())
@@ -201,28 +201,28 @@ pub(crate) struct StartReadiness {
 
 impl StartReadiness {
     pub(super) fn of<'a>(
-        entries: impl Iterator<Item = (&'a PathBuf, &'a Entry)>,
-        at_start: &BTreeSet<PathBuf>,
+        entries: impl Iterator<Item = (&'a PluginId, &'a Entry)>,
+        at_start: &BTreeSet<PluginId>,
     ) -> Self {
         let mut readiness = Self {
             waiting: Vec::new(),
             started: 0,
             failed: Vec::new(),
         };
-        for (file, entry) in entries {
+        for (id, entry) in entries {
             let lifecycle = &entry.lifecycle;
             let serving = lifecycle.serving();
             let name = serving
                 .map(|serving| serving.plugin.name().to_owned())
                 .or_else(|| lifecycle.described_as().map(str::to_owned))
-                .unwrap_or_else(|| file_stem(file));
+                .unwrap_or_else(|| file_stem(id.file()));
             let failed = lifecycle.has_failed();
             if failed && let Some(failure) = lifecycle.failure() {
                 readiness
                     .failed
                     .push((name.clone(), failure.summary.clone()));
             }
-            if !at_start.contains(file) {
+            if !at_start.contains(id) {
                 continue;
             }
             if serving.is_some() {

@@ -355,6 +355,11 @@ impl Harness {
         self.plugins.path().join(name)
     }
 
+    /// The identity of the plugin in file `name`.
+    fn id(&self, name: &str) -> PluginId {
+        PluginId::File(self.file(name))
+    }
+
     /// Publishes `bytes` as `file` the atomic way: write aside, rename into place.
     fn publish(&self, file: &str, bytes: &[u8]) -> Instant {
         let aside = self.file(&format!(".{file}.tmp"));
@@ -971,7 +976,7 @@ impl Harness {
     /// The serving version's hash and the events it handled itself.
     fn serving(&self, file: &str) -> Option<(ContentHash, u64)> {
         let table = self.host.table();
-        let running = table.get(&self.file(file))?.lifecycle.serving()?;
+        let running = table.get(&self.id(file))?.lifecycle.serving()?;
         Some((running.hash, running.plugin.status().events_delivered))
     }
 
@@ -1390,11 +1395,8 @@ async fn a_plugin_whose_informer_cannot_sync_fails_at_its_deadline_and_starts_on
     ];
     let refused = refusing(&["pods"]);
     let harness = Harness::build(settled(), &config, &files, refused.clone(), None, false).await;
-    let at_start: BTreeSet<PathBuf> = [
-        harness.file("recorder.wasm"),
-        harness.file("label-reader.wasm"),
-    ]
-    .into();
+    let at_start: BTreeSet<PluginId> =
+        [harness.id("recorder.wasm"), harness.id("label-reader.wasm")].into();
     let state = |file: &str| harness.report(file).map(|r| r.state);
     eventually("the recorder runs", LONG, || {
         state("recorder.wasm") == Some("running")
@@ -1430,7 +1432,7 @@ async fn a_plugin_whose_informer_cannot_sync_fails_at_its_deadline_and_starts_on
         ]),
         "the host is ready with one plugin running"
     );
-    let only_the_failed_one = [harness.file("label-reader.wasm")].into();
+    let only_the_failed_one = [harness.id("label-reader.wasm")].into();
     let verdict = harness
         .host
         .start_readiness(&only_the_failed_one)
