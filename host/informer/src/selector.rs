@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use kubeplug_policy::names::quoted;
+
 use crate::object::Object;
 
 mod fields;
@@ -16,12 +18,14 @@ mod tests;
 pub use fields::FieldSelector;
 pub use labels::LabelSelector;
 
-/// Why a selector string was refused. Every message quotes the selector and the offending part.
+/// Why a selector string was refused. Every message quotes the selector and the offending part,
+/// each cut to [`MAX_QUOTED`](kubeplug_policy::names::MAX_QUOTED) bytes: a plugin chooses its
+/// selectors, and one of 4 KiB would otherwise be printed whole in every message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SelectorError {
     /// The label selector does not follow the grammar.
-    #[error("label selector {selector:?}: at byte {at}: found {found}, expected {expected}")]
+    #[error("label selector {}: at byte {at}: found {found}, expected {expected}", quoted(.selector))]
     Syntax {
         /// The whole selector.
         selector: String,
@@ -33,7 +37,7 @@ pub enum SelectorError {
         expected: &'static str,
     },
     /// A label key is not a valid qualified name.
-    #[error("label selector {selector:?}: invalid label key {key:?}: {reason}")]
+    #[error("label selector {}: invalid label key {}: {reason}", quoted(.selector), quoted(.key))]
     InvalidKey {
         /// The whole selector.
         selector: String,
@@ -43,7 +47,12 @@ pub enum SelectorError {
         reason: &'static str,
     },
     /// A label value is not valid (or not an integer where `>`/`<` need one).
-    #[error("label selector {selector:?}: invalid value {value:?} for label {key:?}: {reason}")]
+    #[error(
+        "label selector {}: invalid value {} for label {}: {reason}",
+        quoted(.selector),
+        quoted(.value),
+        quoted(.key)
+    )]
     InvalidValue {
         /// The whole selector.
         selector: String,
@@ -55,7 +64,7 @@ pub enum SelectorError {
         reason: &'static str,
     },
     /// A field selector term is malformed.
-    #[error("field selector {selector:?}: term {term:?}: {reason}")]
+    #[error("field selector {}: term {}: {reason}", quoted(.selector), quoted(.term))]
     FieldSyntax {
         /// The whole selector.
         selector: String,

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
-use kubeplug_policy::names::is_dns_subdomain;
+use kubeplug_policy::names::{excerpt, is_dns_subdomain};
 
 use super::{Labels, SelectorError};
 
@@ -186,7 +186,7 @@ enum Token<'a> {
 impl fmt::Display for Token<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let symbol = match self {
-            Token::Ident(text) => return write!(f, "'{text}'"),
+            Token::Ident(text) => return write!(f, "'{}'", excerpt(text)),
             Token::End => return f.write_str("end of string"),
             Token::Bang => "!",
             Token::Equals => "=",

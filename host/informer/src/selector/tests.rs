@@ -422,3 +422,20 @@ proptest! {
         field_selector_case(&terms)?;
     }
 }
+
+/// A plugin chooses its selectors: a refused one of kilobytes is quoted in part, with its
+/// length, in the message that refuses it, as is the offending token.
+#[test]
+fn a_long_refused_selector_is_quoted_in_part() {
+    let long = "a".repeat(4000);
+    for err in [
+        LabelSelector::parse(&format!("app in ({long}")).unwrap_err(),
+        LabelSelector::parse(&format!("app={long}")).unwrap_err(),
+        LabelSelector::parse(&format!("{long} {long}")).unwrap_err(),
+        FieldSelector::parse(&format!("metadata.name={long}\\x")).unwrap_err(),
+    ] {
+        let message = err.to_string();
+        assert!(message.len() < 1200, "{} bytes: {message}", message.len());
+        assert!(message.contains("bytes in all)"), "{message}");
+    }
+}
