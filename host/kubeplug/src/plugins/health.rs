@@ -13,9 +13,9 @@ use super::{PluginHost, PluginId};
 
 impl PluginHost {
     /// Starts stepping plugin `id`'s lifecycle with every change of `plugin`'s run state,
-    /// its state now first, for as long as `plugin` is the version serving. The task holds neither
-    /// the host nor the plugin; it is aborted when the returned handle drops, with the
-    /// version that holds it.
+    /// its state now first, for as long as `plugin` is the version serving. The task holds
+    /// neither the host nor the plugin; it is aborted when the returned handle drops, with
+    /// the version that holds it.
     pub(super) fn follow_health(
         self: &Arc<Self>,
         id: &PluginId,
