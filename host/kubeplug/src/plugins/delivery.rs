@@ -11,7 +11,7 @@ use kubeplug_workqueue::Queue;
 use tokio::task::JoinHandle;
 use tracing::{error, warn};
 
-use super::{Delivering, PluginHost, PluginId, Registered, needs};
+use super::{Delivering, Event, PluginHost, PluginId, Registered, needs};
 
 /// Why a version's deliveries could not start, by step; the informer factory's, the driver's
 /// or the work queue's error is the source. Retried at the next rescan
@@ -101,18 +101,20 @@ impl PluginHost {
     /// Hands `delivering` to plugin `id`'s serving version. Whatever it displaces, or itself
     /// when no version of `id` serves any more, is stopped. Whether it was placed.
     pub(super) async fn place(&self, id: &PluginId, delivering: Delivering, plugin: &str) -> bool {
-        let (placed, displaced) = match self
-            .table()
-            .get_mut(id)
-            .and_then(|entry| entry.lifecycle.serving_mut())
-        {
-            Some(serving) => (true, serving.delivering.replace(delivering)),
-            None => (false, Some(delivering)),
+        let (placed, ended) = {
+            let mut table = self.table();
+            let placed = table
+                .get(id)
+                .is_some_and(|entry| entry.lifecycle.serving().is_some());
+            (
+                placed,
+                Self::step_in(&mut table, id, Event::Deliver(delivering)),
+            )
         };
-        if let Some(displaced) = displaced {
-            displaced.stop(plugin).await;
-        }
         self.changed();
+        if let Some(stopped) = ended.stopped {
+            stopped.stop(plugin).await;
+        }
         placed
     }
 

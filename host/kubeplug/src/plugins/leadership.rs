@@ -116,7 +116,7 @@ impl PluginHost {
             .iter()
             .filter_map(|(id, entry)| {
                 let serving = entry.lifecycle.serving()?;
-                serving.delivering.is_none().then(|| {
+                entry.lifecycle.delivering().is_none().then(|| {
                     let plugin = serving.plugin.clone();
                     (
                         id.clone(),
@@ -170,22 +170,12 @@ impl PluginHost {
                 continue;
             };
             serving.plugin.fence_writes(true);
-            if let Some(delivering) = &serving.delivering {
+            if let Some(delivering) = entry.lifecycle.delivering() {
                 delivering.control.stop();
             }
         }
         let _writing = self.writing.lock().await;
-        let stopping: Vec<(Arc<Plugin>, Delivering)> = self
-            .table()
-            .values_mut()
-            .filter_map(|entry| {
-                let serving = entry.lifecycle.serving_mut()?;
-                let delivering = serving.delivering.take()?;
-                // The next registration's buffers count from zero.
-                entry.retired.add_merged(delivering.merged());
-                Some((serving.plugin.clone(), delivering))
-            })
-            .collect();
+        let stopping = self.stand_by();
         self.changed();
         for (plugin, delivering) in stopping {
             // Again: a version swapped in meanwhile was not in the table above.
@@ -197,6 +187,28 @@ impl PluginHost {
             );
         }
     }
+
+    /// Every serving version that delivers stands by; returns their deliveries, to be
+    /// stopped, with their plugins. The caller holds `writing` and wakes the followers.
+    fn stand_by(&self) -> Vec<(Arc<Plugin>, Delivering)> {
+        let mut table = self.table();
+        let delivering: Vec<(PluginId, Arc<Plugin>)> = table
+            .iter()
+            .filter(|(_, entry)| entry.lifecycle.delivering().is_some())
+            .filter_map(|(id, entry)| Some((id.clone(), entry.lifecycle.serving()?.plugin.clone())))
+            .collect();
+        delivering
+            .into_iter()
+            .filter_map(|(id, plugin)| {
+                let stopped = Self::step_in(&mut table, &id, Event::Standby).stopped?;
+                // The next registration's buffers count from zero.
+                if let Some(entry) = table.get_mut(&id) {
+                    entry.retired.add_merged(stopped.merged());
+                }
+                Some((plugin, stopped))
+            })
+            .collect()
+    }
 }
 
 /// The version of `plugin` (by name) that serves and delivers, if any.
@@ -204,9 +216,14 @@ fn delivering_named<'a>(
     table: &'a BTreeMap<PluginId, Entry>,
     plugin: &str,
 ) -> Option<(&'a Serving, &'a Delivering)> {
-    let serving = table
+    let lifecycle = &table
         .values()
-        .filter_map(|entry| entry.lifecycle.serving())
-        .find(|serving| serving.plugin.name() == plugin)?;
-    Some((serving, serving.delivering.as_ref()?))
+        .find(|entry| {
+            entry
+                .lifecycle
+                .serving()
+                .is_some_and(|serving| serving.plugin.name() == plugin)
+        })?
+        .lifecycle;
+    Some((lifecycle.serving()?, lifecycle.delivering()?))
 }

@@ -1,8 +1,9 @@
-//! One plugin's lifecycle: which version serves, which one is on its way, and why the last
-//! one tried does not serve, changed only by [`Lifecycle::step`].
+//! One plugin's lifecycle: which version serves and whether it delivers, which one is on its
+//! way, and why the last one tried does not serve, changed only by [`Lifecycle::step`].
 //!
-//! The lifecycle is generic over the serving version (`S`) so that its transitions are
-//! tested without loading plugins; the host's is [`Serving`](super::Serving).
+//! The lifecycle is generic over the serving version (`S`) and its deliveries (`D`) so that
+//! its transitions are tested without loading plugins; the host's are
+//! [`Serving`](super::Serving) and [`Delivering`](super::Delivering).
 
 use std::fmt;
 
@@ -41,9 +42,17 @@ impl Candidate {
     }
 }
 
+/// The version that serves: itself, its deliveries while this replica leads (`None`: it
+/// stands by), and the state its driver last reported.
+struct Served<S, D> {
+    version: S,
+    delivering: Option<D>,
+    health: RunState,
+}
+
 /// Where a plugin identity is. Every state that has no serving version has a candidate or
 /// a failure, and a candidate is loading or syncing, never both.
-enum Phase<S> {
+enum Phase<S, D> {
     /// No version serves; `candidate` is on its way. `failure`: an earlier version's, or
     /// the candidate's informers missing their sync deadline (it still waits).
     Starting {
@@ -52,19 +61,17 @@ enum Phase<S> {
     },
     /// No version serves, nor is one on its way: the last one tried failed.
     Failed { failure: Failure },
-    /// `serving` serves (delivering while this replica leads), in the state its driver
-    /// last reported (`health`); `candidate`, if any, is a newer version on its way;
-    /// `failure`, the last newer version's, which left `serving` in place.
+    /// `served` serves; `candidate`, if any, is a newer version on its way; `failure`, the
+    /// last newer version's, which left `served` in place.
     Serving {
-        serving: S,
-        health: RunState,
+        served: Served<S, D>,
         candidate: Option<Candidate>,
         failure: Option<Failure>,
     },
 }
 
 /// What happened to a plugin identity.
-pub(super) enum Event<S> {
+pub(super) enum Event<S, D> {
     /// A source proposes this content for it.
     Proposed(ContentHash),
     /// The candidate described itself with this name.
@@ -78,11 +85,14 @@ pub(super) enum Event<S> {
     /// The candidate (or, with no candidate, the source's proposal) failed; a serving
     /// version keeps serving.
     Failed(Failure),
-    /// The candidate serves now, in a version of its own.
+    /// The candidate serves now with deliveries of its own, which start standing by.
     Installed(S),
-    /// The candidate took the serving version's place in its running listeners; the caller
-    /// updated the serving version's data in place.
-    Swapped,
+    /// The candidate took the serving version's place in its running deliveries.
+    Swapped(S),
+    /// The serving version delivers through these from now on (this replica leads).
+    Deliver(D),
+    /// The serving version stops delivering and stays loaded (this replica follows).
+    Standby,
     /// The serving version's driver reports its state: quarantined, running again, stopped.
     /// The caller sends only the serving version's reports: an older version's are stale.
     Health(RunState),
@@ -90,11 +100,10 @@ pub(super) enum Event<S> {
     Withdrawn,
 }
 
-/// One plugin identity's state. Contract: changed only by [`step`](Self::step); the serving
-/// version's own data (which plugin object, whether it delivers) is changed in place by
-/// whoever holds the table, through [`serving_mut`](Self::serving_mut).
-pub(super) struct Lifecycle<S> {
-    phase: Phase<S>,
+/// One plugin identity's state. Contract: changed only by [`step`](Self::step); a serving
+/// version is replaced whole, never changed in place.
+pub(super) struct Lifecycle<S, D> {
+    phase: Phase<S, D>,
     /// The content last proposed.
     tried: Option<ContentHash>,
     /// The name its last candidate described itself with, so that `/plugins` names a
@@ -102,42 +111,83 @@ pub(super) struct Lifecycle<S> {
     described_as: Option<String>,
 }
 
-/// The outcome of a step: the next state (`None`: the identity is gone) and what the
-/// caller must carry out.
-pub(super) struct Step<S> {
-    pub(super) next: Option<Lifecycle<S>>,
+/// What a step ended, for the caller to stop.
+#[must_use = "a version or a delivery that ended must be stopped"]
+pub(super) struct Ended<S, D> {
     /// A version that no longer serves: stop it once its calls in flight finish.
     pub(super) retired: Option<S>,
+    /// Deliveries that no longer deliver: stop them after their calls in flight.
+    pub(super) stopped: Option<D>,
 }
 
-impl<S> fmt::Debug for Lifecycle<S> {
+impl<S, D> Ended<S, D> {
+    fn nothing() -> Self {
+        Self {
+            retired: None,
+            stopped: None,
+        }
+    }
+
+    fn retired(version: S) -> Self {
+        Self {
+            retired: Some(version),
+            stopped: None,
+        }
+    }
+
+    fn stopped(delivering: Option<D>) -> Self {
+        Self {
+            retired: None,
+            stopped: delivering,
+        }
+    }
+
+    fn served(served: Option<Served<S, D>>) -> Self {
+        match served {
+            Some(served) => Self {
+                retired: Some(served.version),
+                stopped: served.delivering,
+            },
+            None => Self::nothing(),
+        }
+    }
+}
+
+/// The outcome of a step: the next state (`None`: the identity is gone) and what the
+/// caller must carry out.
+pub(super) struct Step<S, D> {
+    pub(super) next: Option<Lifecycle<S, D>>,
+    pub(super) ended: Ended<S, D>,
+}
+
+impl<S, D> fmt::Debug for Lifecycle<S, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lifecycle")
-            .field("state", &self.state_name(|_| true))
+            .field("state", &self.state_name())
             .field("described_as", &self.described_as)
             .finish_non_exhaustive()
     }
 }
 
-impl<S> Lifecycle<S> {
+impl<S, D> Lifecycle<S, D> {
     /// The transition function: `current` (`None` for an identity not seen yet) after
     /// `event`. A superseded candidate's wait is cancelled here.
-    pub(super) fn step(current: Option<Self>, event: Event<S>) -> Step<S> {
+    pub(super) fn step(current: Option<Self>, event: Event<S, D>) -> Step<S, D> {
         let Some(mut lifecycle) = current else {
             return Self::first(event);
         };
-        let mut retired = None;
+        let mut ended = Ended::nothing();
         lifecycle.phase = match (lifecycle.phase, event) {
             (phase, Event::Described(name)) => {
                 lifecycle.described_as = Some(name);
                 phase
             }
             (phase, Event::Withdrawn) => {
-                let (serving, candidate) = phase.into_parts();
+                let (served, candidate) = phase.into_parts();
                 Candidate::supersede(candidate);
                 return Step {
                     next: None,
-                    retired: serving.map(|(serving, _)| serving),
+                    ended: Ended::served(served),
                 };
             }
             (phase, Event::Proposed(hash)) => {
@@ -151,66 +201,119 @@ impl<S> Lifecycle<S> {
             },
             (
                 Phase::Serving {
-                    serving,
-                    health,
-                    candidate,
-                    ..
+                    served, candidate, ..
                 },
                 Event::Stalled(failure),
             ) => Phase::Serving {
-                serving,
-                health,
+                served,
                 candidate,
                 failure: Some(failure),
             },
             // Nothing serves or waits: its own failure says more.
             (phase @ Phase::Failed { .. }, Event::Stalled(_)) => phase,
             (phase, Event::Failed(failure)) => {
-                let (serving, candidate) = phase.into_parts();
+                let (served, candidate) = phase.into_parts();
                 Candidate::supersede(candidate);
-                match serving {
-                    Some((serving, health)) => Phase::Serving {
-                        serving,
-                        health,
+                match served {
+                    Some(served) => Phase::Serving {
+                        served,
                         candidate: None,
                         failure: Some(failure),
                     },
                     None => Phase::Failed { failure },
                 }
             }
-            (phase, Event::Installed(serving)) => {
+            (phase, Event::Installed(version)) => {
                 let (old, candidate) = phase.into_parts();
                 Candidate::supersede(candidate);
-                retired = old.map(|(old, _)| old);
+                ended = Ended::served(old);
                 Phase::Serving {
-                    serving,
-                    health: RunState::Running,
+                    served: Served {
+                        version,
+                        delivering: None,
+                        health: RunState::Running,
+                    },
                     candidate: None,
                     failure: None,
                 }
             }
             // A new version starts afresh: the old one's quarantine was its own.
-            (Phase::Serving { serving, .. }, Event::Swapped) => Phase::Serving {
-                serving,
-                health: RunState::Running,
-                candidate: None,
-                failure: None,
-            },
-            // Nothing serves in place of which a candidate could swap.
-            (phase, Event::Swapped) => phase,
+            (
+                Phase::Serving {
+                    served, candidate, ..
+                },
+                Event::Swapped(version),
+            ) => {
+                Candidate::supersede(candidate);
+                ended = Ended::retired(served.version);
+                Phase::Serving {
+                    served: Served {
+                        version,
+                        delivering: served.delivering,
+                        health: RunState::Running,
+                    },
+                    candidate: None,
+                    failure: None,
+                }
+            }
+            // Nothing serves in place of which a candidate could swap: it must not run.
+            (phase, Event::Swapped(version)) => {
+                ended = Ended::retired(version);
+                phase
+            }
+            (
+                Phase::Serving {
+                    served,
+                    candidate,
+                    failure,
+                },
+                Event::Deliver(delivering),
+            ) => {
+                ended = Ended::stopped(served.delivering);
+                Phase::Serving {
+                    served: Served {
+                        delivering: Some(delivering),
+                        ..served
+                    },
+                    candidate,
+                    failure,
+                }
+            }
+            // Nothing serves that it could deliver to.
+            (phase, Event::Deliver(delivering)) => {
+                ended = Ended::stopped(Some(delivering));
+                phase
+            }
+            (
+                Phase::Serving {
+                    served,
+                    candidate,
+                    failure,
+                },
+                Event::Standby,
+            ) => {
+                ended = Ended::stopped(served.delivering);
+                Phase::Serving {
+                    served: Served {
+                        delivering: None,
+                        ..served
+                    },
+                    candidate,
+                    failure,
+                }
+            }
+            (phase @ (Phase::Starting { .. } | Phase::Failed { .. }), Event::Standby) => phase,
             // A candidate on its way or a failure shown stays: the report is about the
             // version serving meanwhile.
             (
                 Phase::Serving {
-                    serving,
+                    served,
                     candidate,
                     failure,
-                    ..
                 },
                 Event::Health(health),
             ) => Phase::Serving {
-                serving,
-                health,
+                served: Served { health, ..served },
                 candidate,
                 failure,
             },
@@ -219,17 +322,18 @@ impl<S> Lifecycle<S> {
         };
         Step {
             next: Some(lifecycle),
-            retired,
+            ended,
         }
     }
 
     /// An identity's first event.
-    fn first(event: Event<S>) -> Step<S> {
+    fn first(event: Event<S, D>) -> Step<S, D> {
         let fresh = |phase| Lifecycle {
             phase,
             tried: None,
             described_as: None,
         };
+        let mut ended = Ended::nothing();
         let next = match event {
             Event::Proposed(hash) => Some(Lifecycle {
                 tried: Some(hash),
@@ -240,12 +344,14 @@ impl<S> Lifecycle<S> {
             }),
             Event::Failed(failure) => Some(fresh(Phase::Failed { failure })),
             // Of an identity withdrawn meanwhile: nothing to record or wait for, and a
-            // version that must not run.
-            Event::Installed(serving) => {
-                return Step {
-                    next: None,
-                    retired: Some(serving),
-                };
+            // version or deliveries that must not run.
+            Event::Installed(version) | Event::Swapped(version) => {
+                ended = Ended::retired(version);
+                None
+            }
+            Event::Deliver(delivering) => {
+                ended = Ended::stopped(Some(delivering));
+                None
             }
             Event::Syncing(cancel) => {
                 cancel.cancel();
@@ -253,39 +359,34 @@ impl<S> Lifecycle<S> {
             }
             Event::Described(_)
             | Event::Stalled(_)
-            | Event::Swapped
+            | Event::Standby
             | Event::Withdrawn
             | Event::Health(_) => None,
         };
-        Step {
-            next,
-            retired: None,
-        }
+        Step { next, ended }
     }
 
     /// The version serving, if any.
     pub(super) fn serving(&self) -> Option<&S> {
-        match &self.phase {
-            Phase::Serving { serving, .. } => Some(serving),
-            Phase::Starting { .. } | Phase::Failed { .. } => None,
-        }
+        self.served().map(|served| &served.version)
     }
 
-    /// The version serving, to change its own data in place.
-    pub(super) fn serving_mut(&mut self) -> Option<&mut S> {
-        match &mut self.phase {
-            Phase::Serving { serving, .. } => Some(serving),
+    /// The serving version's deliveries, if it delivers.
+    pub(super) fn delivering(&self) -> Option<&D> {
+        self.served()?.delivering.as_ref()
+    }
+
+    fn served(&self) -> Option<&Served<S, D>> {
+        match &self.phase {
+            Phase::Serving { served, .. } => Some(served),
             Phase::Starting { .. } | Phase::Failed { .. } => None,
         }
     }
 
     /// The error `/plugins` shows: the serving version's quarantine's, else the failure's.
     pub(super) fn last_error(&self) -> Option<&str> {
-        match &self.phase {
-            Phase::Serving {
-                health: RunState::Quarantined { last_error, .. },
-                ..
-            } => Some(last_error),
+        match self.served().map(|served| &served.health) {
+            Some(RunState::Quarantined { last_error, .. }) => Some(last_error),
             _ => self.failure().map(|failure| failure.message.as_str()),
         }
     }
@@ -318,9 +419,9 @@ impl<S> Lifecycle<S> {
     }
 
     /// The state `/plugins` names. When no candidate or failure says more, a serving
-    /// version's: `standby` when it does not deliver (`delivers` says), else `running`,
-    /// `quarantined` or `stopped` as its driver last reported.
-    pub(super) fn state_name(&self, delivers: impl Fn(&S) -> bool) -> &'static str {
+    /// version's: `standby` when it does not deliver, else `running`, `quarantined` or
+    /// `stopped` as its driver last reported.
+    pub(super) fn state_name(&self) -> &'static str {
         let (candidate, failure) = match &self.phase {
             Phase::Failed { .. } => return "failed",
             Phase::Starting { candidate, failure } => (Some(candidate), failure.is_some()),
@@ -332,31 +433,30 @@ impl<S> Lifecycle<S> {
             (Some(Candidate::Loading { retry: false }), _) => "loading",
             (Some(Candidate::Loading { retry: true }), false) => "loading",
             (Some(Candidate::Syncing { .. }), false) => "syncing",
-            _ => match &self.phase {
-                Phase::Serving { serving, .. } if !delivers(serving) => "standby",
-                Phase::Serving { health, .. } => match health {
+            _ => match self.served() {
+                Some(Served {
+                    delivering: None, ..
+                }) => "standby",
+                Some(Served { health, .. }) => match health {
                     RunState::Running => "running",
                     RunState::Quarantined { .. } => "quarantined",
                     RunState::Stopped => "stopped",
                 },
-                Phase::Starting { .. } | Phase::Failed { .. } => "failed",
+                None => "failed",
             },
         }
     }
 }
 
-impl<S> Phase<S> {
-    /// The serving version (with its state) and the candidate apart.
-    fn into_parts(self) -> (Option<(S, RunState)>, Option<Candidate>) {
+impl<S, D> Phase<S, D> {
+    /// The serving version (with its deliveries and state) and the candidate apart.
+    fn into_parts(self) -> (Option<Served<S, D>>, Option<Candidate>) {
         match self {
             Phase::Starting { candidate, .. } => (None, Some(candidate)),
             Phase::Failed { .. } => (None, None),
             Phase::Serving {
-                serving,
-                health,
-                candidate,
-                ..
-            } => (Some((serving, health)), candidate),
+                served, candidate, ..
+            } => (Some(served), candidate),
         }
     }
 
@@ -376,15 +476,13 @@ impl<S> Phase<S> {
                 failure: Some(failure),
             },
             Phase::Serving {
-                serving,
-                health,
+                served,
                 candidate: older,
                 failure,
             } => {
                 Candidate::supersede(older);
                 Phase::Serving {
-                    serving,
-                    health,
+                    served,
                     candidate: Some(candidate),
                     failure,
                 }

@@ -109,7 +109,7 @@ impl PluginHost {
             .await?;
         let description = plugin.description();
         // `/plugins` names it from now on, while the rest of its load goes on.
-        self.step(
+        let _ = self.step(
             &PluginId::File(path.clone()),
             Event::Described(description.name.clone()),
         );
@@ -222,7 +222,7 @@ impl PluginHost {
     /// newer version or the file's removal supersedes it first.
     pub(super) fn start_when_synced(self: &Arc<Self>, prepared: Prepared) {
         let cancel = CancellationToken::new();
-        self.step(&prepared.id, Event::Syncing(cancel.clone()));
+        let _ = self.step(&prepared.id, Event::Syncing(cancel.clone()));
         info!(
             plugin = prepared.plugin.name(),
             file = %prepared.id,
@@ -305,30 +305,22 @@ impl PluginHost {
         }
         // A follower's plugins write nothing until it leads.
         plugin.fence_writes(!self.is_leading());
-        {
-            let mut table = self.table();
-            if let Some(entry) = table.get_mut(&id)
-                && let Some(serving) = entry.lifecycle.serving_mut()
-                && serving.keys == keys
-                && !self.replay_on_swap
-                && let Some(delivering) = &serving.delivering
-                && let Ok(Some(old)) = delivering.control.replace(plugin.clone())
-            {
-                entry.retired.retire(old.stats().clone());
-                serving.health = self.follow_health(&id, &plugin);
-                serving.plugin = plugin;
-                serving.hash = hash;
-                serving.loaded_at = SystemTime::now();
-                serving.load_time = load_time;
-                // In the same hold: a report of the new version's state comes after.
-                let _ = Self::step_in(&mut table, &id, Event::Swapped);
-                drop(table);
-                self.changed();
-                self.reloads.success.fetch_add(1, Ordering::Relaxed);
-                info!(plugin = %name, %version, file = %id, %hash, "plugin swapped in; it inherits the running listeners");
-                return Ok(());
-            }
-        }
+        let serving = Serving {
+            _health: self.follow_health(&id, &plugin),
+            plugin: plugin.clone(),
+            hash,
+            loaded_at: SystemTime::now(),
+            load_time,
+            keys,
+            buffer_budget,
+            warm,
+        };
+        let Some(serving) = self.swap_in_place(&id, serving) else {
+            self.changed();
+            self.reloads.success.fetch_add(1, Ordering::Relaxed);
+            info!(plugin = %name, %version, file = %id, %hash, "plugin swapped in; it inherits the running listeners");
+            return Ok(());
+        };
         let start = |source| LoadFailure::Start {
             path: id.file().to_owned(),
             source,
@@ -337,29 +329,16 @@ impl PluginHost {
         // running; they buffer while the old version finishes.
         let registered = if self.is_leading() {
             Some(
-                self.register(&plugin, &keys, buffer_budget)
+                self.register(&plugin, &serving.keys, serving.buffer_budget)
                     .map_err(start)?,
             )
         } else {
             None
         };
-        let old = self.step(
-            &id,
-            Event::Installed(Serving {
-                plugin: plugin.clone(),
-                hash,
-                loaded_at: SystemTime::now(),
-                load_time,
-                keys,
-                buffer_budget,
-                warm,
-                delivering: None,
-                health: self.follow_health(&id, &plugin),
-            }),
-        );
-        if let Some(old) = old {
+        let ended = self.step(&id, Event::Installed(serving));
+        if let Some(old) = ended.retired {
             let mut merged = 0;
-            if let Some(delivering) = old.delivering {
+            if let Some(delivering) = ended.stopped {
                 merged = delivering.merged();
                 delivering.stop(old.plugin.name()).await;
             }
@@ -380,5 +359,36 @@ impl PluginHost {
         self.place(&id, delivering, &name).await;
         info!(plugin = %name, %version, file = %id, %hash, "plugin running");
         Ok(())
+    }
+
+    /// Swaps `serving` into the running deliveries of plugin `id`'s serving version, if it
+    /// may inherit them: it has the same subscriptions (and, of the same name, the same
+    /// settings), the old version delivers, and the host does not replay on swap. Gives
+    /// `serving` back when it may not.
+    fn swap_in_place(&self, id: &PluginId, serving: Serving) -> Option<Serving> {
+        if self.replay_on_swap {
+            return Some(serving);
+        }
+        let mut table = self.table();
+        let Some(entry) = table.get_mut(id) else {
+            return Some(serving);
+        };
+        let inherits = entry
+            .lifecycle
+            .serving()
+            .is_some_and(|old| old.keys == serving.keys);
+        let replaced = match entry.lifecycle.delivering() {
+            Some(delivering) if inherits => delivering.control.replace(serving.plugin.clone()),
+            _ => return Some(serving),
+        };
+        let Ok(Some(old)) = replaced else {
+            return Some(serving);
+        };
+        entry.retired.retire(old.stats().clone());
+        // In the same hold: a report of the new version's state comes after.
+        let _old_version = Self::step_in(&mut table, id, Event::Swapped(serving));
+        // The old version drops outside the hold.
+        drop(table);
+        None
     }
 }

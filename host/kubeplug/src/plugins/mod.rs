@@ -49,7 +49,7 @@ pub(crate) use cache::FactoryCache;
 pub(crate) use dir::{Change, ContentHash, DirConfig, FileContent, Hints, PluginDir, watch};
 pub(crate) use failure::LoadFailure;
 pub(crate) use identity::PluginId;
-use lifecycle::{Event, Failure, Lifecycle};
+use lifecycle::{Ended, Failure, Lifecycle};
 pub(crate) use resolver::{Resolve, Resolver};
 pub(crate) use settings::{PluginSettings, name_mismatch, plugin_settings};
 pub(crate) use status::{PluginReport, ReloadCounts, StartReadiness};
@@ -85,7 +85,7 @@ struct Prepared {
 
 /// A plugin version that is loaded and serving this file. It keeps the informers of its
 /// subscriptions running, so that a replica that takes the lead over starts warm; it is
-/// delivered to only while this replica leads.
+/// delivered to only while this replica leads (its lifecycle holds the [`Delivering`]).
 struct Serving {
     plugin: Arc<Plugin>,
     hash: ContentHash,
@@ -96,10 +96,9 @@ struct Serving {
     buffer_budget: usize,
     /// Keep the informers of `keys` running whether or not this replica leads.
     warm: Vec<InformerLease>,
-    /// `None` while this replica follows.
-    delivering: Option<Delivering>,
-    /// Tells the lifecycle of `plugin`'s run state ([`health`]); ends with the version.
-    health: AbortOnDropHandle<()>,
+    /// Tells the lifecycle of `plugin`'s run state ([`health`]); held for its drop, which
+    /// ends it with the version.
+    _health: AbortOnDropHandle<()>,
 }
 
 /// What keeps a plugin's deliveries going.
@@ -114,21 +113,24 @@ struct Delivering {
     reconcile: Option<(Queue<ObjectRef>, Workers)>,
 }
 
+/// What happened to a plugin identity, in the host's terms.
+type Event = lifecycle::Event<Serving, Delivering>;
+
 /// One plugin identity (today a file of the plugins directory): its lifecycle, and the
 /// counts of its versions that stopped serving, which outlive each of them.
 struct Entry {
-    lifecycle: Lifecycle<Serving>,
+    lifecycle: Lifecycle<Serving, Delivering>,
     retired: Retired,
 }
 
 /// Loads, swaps and unloads the plugins of one directory, and delivers to them while this
 /// replica leads.
 ///
-/// Contract: an entry's phase changes only through [`step`](Self::step), its lifecycle's
-/// transition function. The serving versions are changed by [`apply`](Self::apply) (called
-/// by one task) and by the leadership changes [`lead`](Self::lead) and
-/// [`follow`](Self::follow); `writing` serialises them, so that each sees the table as the
-/// last one left it (loading, the slow part, runs outside it). [`reports`](Self::reports) reads snapshots. A change never
+/// Contract: an entry changes only through [`step`](Self::step), its lifecycle's transition
+/// function. What serves and delivers is changed by [`apply`](Self::apply) (called by one
+/// task) and by the leadership changes [`lead`](Self::lead) and [`follow`](Self::follow);
+/// `writing` serialises them, so that each sees the table as the last one left it (loading,
+/// the slow part, runs outside it). [`reports`](Self::reports) reads snapshots. A change never
 /// interrupts a call in flight; a file that fails any load stage leaves the version already
 /// serving in place. A new host leads; call `follow` before loading to start as a follower.
 pub(crate) struct PluginHost {
@@ -224,12 +226,11 @@ impl PluginHost {
     }
 
     /// Steps the lifecycle of plugin `id` through `event`, its counts kept while it lives,
-    /// and wakes whoever follows the states. Returns the version that stopped serving, for
-    /// the caller to stop.
-    fn step(&self, id: &PluginId, event: Event<Serving>) -> Option<Serving> {
-        let retired = Self::step_in(&mut self.table(), id, event);
+    /// and wakes whoever follows the states. Returns what ended, for the caller to stop.
+    fn step(&self, id: &PluginId, event: Event) -> Ended<Serving, Delivering> {
+        let ended = Self::step_in(&mut self.table(), id, event);
         self.changed();
-        retired
+        ended
     }
 
     /// [`step`](Self::step) in `table`, held by a caller that changes or checks the serving
@@ -237,8 +238,8 @@ impl PluginHost {
     fn step_in(
         table: &mut BTreeMap<PluginId, Entry>,
         id: &PluginId,
-        event: Event<Serving>,
-    ) -> Option<Serving> {
+        event: Event,
+    ) -> Ended<Serving, Delivering> {
         let (current, retired) = match table.remove(id) {
             Some(entry) => (Some(entry.lifecycle), entry.retired),
             None => (None, Retired::default()),
@@ -247,7 +248,7 @@ impl PluginHost {
         if let Some(lifecycle) = step.next {
             table.insert(id.clone(), Entry { lifecycle, retired });
         }
-        step.retired
+        step.ended
     }
 
     /// Loads of new or changed files so far, by result.
@@ -265,9 +266,10 @@ impl PluginHost {
         for change in changes {
             match change {
                 Change::Present(content) => {
-                    // This content supersedes a version still waiting to start.
+                    // This content supersedes a version still waiting to start; what serves
+                    // keeps serving.
                     let id = PluginId::File(content.path.clone());
-                    self.step(&id, Event::Proposed(content.hash));
+                    let _ = self.step(&id, Event::Proposed(content.hash));
                     contents.push(content);
                 }
                 Change::Rejected { path, error } => {
@@ -316,7 +318,7 @@ impl PluginHost {
             .and_then(|entry| entry.lifecycle.serving())
             .map(|serving| serving.plugin.name().to_owned());
         if let Some(name) = failure.plugin() {
-            self.step(&id, Event::Described(name.to_owned()));
+            let _ = self.step(&id, Event::Described(name.to_owned()));
         }
         let recorded = Failure {
             message: message.clone(),
@@ -326,7 +328,7 @@ impl PluginHost {
             LoadFailure::NotSynced { .. } => Event::Stalled(recorded),
             _ => Event::Failed(recorded),
         };
-        // A failure retires nothing.
+        // A failure ends nothing: a version serving keeps serving.
         let _ = self.step(&id, event);
         self.reloads.failure.fetch_add(1, Ordering::Relaxed);
         match keeps {
@@ -341,12 +343,13 @@ impl PluginHost {
     /// finish.
     async fn remove(&self, id: &PluginId) {
         let _writing = self.writing.lock().await;
-        let Some(serving) = self.step(id, Event::Withdrawn) else {
+        let ended = self.step(id, Event::Withdrawn);
+        let Some(serving) = ended.retired else {
             return;
         };
-        let name = serving.plugin.name().to_owned();
-        if let Some(delivering) = serving.delivering {
-            delivering.stop(&name).await;
+        let name = serving.plugin.name();
+        if let Some(delivering) = ended.stopped {
+            delivering.stop(name).await;
         }
         info!(plugin = %name, file = %id, "plugin unloaded: its file was removed");
     }
@@ -364,13 +367,16 @@ impl PluginHost {
     }
 
     /// Empties the table, every plugin withdrawn: versions waiting to start never will; the
-    /// serving ones are returned to be stopped.
-    fn take_serving(&self) -> Vec<Serving> {
+    /// serving ones and their deliveries are returned to be stopped.
+    fn take_serving(&self) -> Vec<(Serving, Delivering)> {
         let table = std::mem::take(&mut *self.table());
         self.changed();
         table
             .into_values()
-            .filter_map(|entry| Lifecycle::step(Some(entry.lifecycle), Event::Withdrawn).retired)
+            .filter_map(|entry| {
+                let ended = Lifecycle::step(Some(entry.lifecycle), Event::Withdrawn).ended;
+                Some((ended.retired?, ended.stopped?))
+            })
             .collect()
     }
 
@@ -398,11 +404,8 @@ impl PluginHost {
     #[cfg(test)]
     pub(crate) async fn stop(&self) {
         let _writing = self.writing.lock().await;
-        let serving = self.take_serving();
-        for serving in serving {
-            if let Some(delivering) = serving.delivering {
-                delivering.stop(serving.plugin.name()).await;
-            }
+        for (serving, delivering) in self.take_serving() {
+            delivering.stop(serving.plugin.name()).await;
         }
     }
 
@@ -410,11 +413,11 @@ impl PluginHost {
     /// are worked off until `deadline`, all plugins at once; calls in flight finish.
     pub(crate) async fn drain(&self, deadline: tokio::time::Instant) {
         let _writing = self.writing.lock().await;
-        let serving = self.take_serving();
-        futures::future::join_all(serving.into_iter().filter_map(|serving| {
-            let delivering = serving.delivering?;
-            Some(async move { delivering.drain(serving.plugin.name(), deadline).await })
-        }))
+        futures::future::join_all(self.take_serving().into_iter().map(
+            |(serving, delivering)| async move {
+                delivering.drain(serving.plugin.name(), deadline).await;
+            },
+        ))
         .await;
     }
 }

@@ -142,8 +142,8 @@ pub(crate) struct ReloadCounts {
 pub(super) fn report(id: &PluginId, entry: &Entry) -> PluginReport {
     let lifecycle = &entry.lifecycle;
     let serving = lifecycle.serving();
-    let delivering = serving.and_then(|r| r.delivering.as_ref());
-    let state = lifecycle.state_name(|serving| serving.delivering.is_some());
+    let delivering = lifecycle.delivering();
+    let state = lifecycle.state_name();
     let last_error = lifecycle.last_error().map(str::to_owned);
     let mut totals = entry.retired.totals();
     if let Some(serving) = serving {
