@@ -1,16 +1,25 @@
-//! SharedInformerFactory: one informer per (resource, namespace, selectors), shared by every
-//! handler that asks for it, started on the first subscription and stopped after the last.
+//! SharedInformerFactory: one informer per (resource, namespace, selectors, form), shared by
+//! every handler that asks for it, started on the first subscription and stopped after the
+//! last.
 //!
-//! An informer whose users all read metadata alone lists and watches metadata alone, when
-//! the provider can serve it ([`SourceProvider::metadata_lister_watcher`]): the first user
-//! that needs bodies switches it to whole objects, and the last one's going switches it
-//! back ([`SharedIndexInformer::switch_source`]).
+//! The form is part of the key, as controller-runtime keeps metadata informers apart from
+//! whole-object ones: readers of metadata alone share an informer that lists and watches
+//! `PartialObjectMetadata` when the provider can serve it
+//! ([`SourceProvider::metadata_lister_watcher`]), and whole-object readers share another. A
+//! type read both ways at once costs two watches, and no informer ever changes its form, so
+//! one user's needs never relist another's cache.
+//!
+//! Informer churn is bounded twice over. An informer nobody uses any more lingers for a
+//! while ([`SharedInformerFactory::with_linger`]) before it stops, so that a user that comes
+//! back (a hot-swapped version, or one swapped back) finds it warm instead of costing a new
+//! LIST and WATCH. And a caller may pass a [`StartGate`], asked under the factory's lock
+//! before each informer it would start (never for one running or lingering), to bound and
+//! count the starts it causes.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-
-use tracing::{info, warn};
+use std::time::Duration;
 
 use crate::informer::{HandlerOptions, SharedIndexInformer};
 use crate::listener::{ListenerId, ListenerReceiver};
@@ -35,16 +44,31 @@ pub struct InformerKey {
     pub labels: LabelSelector,
     /// Only objects whose fields match.
     pub fields: FieldSelector,
+    /// What its cache holds of each object.
+    pub form: Form,
+}
+
+/// What an informer's cache holds of each object: part of its key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Form {
+    /// The whole object: its JSON, projections and path indexes.
+    #[default]
+    Objects,
+    /// Its metadata alone (`PartialObjectMetadata`), for users that read nothing else; a
+    /// provider that cannot serve this form serves whole objects under
+    /// [`Form::Objects`]'s key instead.
+    Metadata,
 }
 
 impl InformerKey {
-    /// Every object of `resource`.
+    /// Every object of `resource`, whole.
     pub fn all(resource: Resource) -> Self {
         Self {
             resource,
             namespace: None,
             labels: LabelSelector::everything(),
             fields: FieldSelector::everything(),
+            form: Form::Objects,
         }
     }
 }
@@ -60,6 +84,9 @@ impl fmt::Display for InformerKey {
         }
         if !self.fields.is_empty() {
             write!(f, " fields {:?}", self.fields.to_string())?;
+        }
+        if self.form == Form::Metadata {
+            write!(f, " metadata")?;
         }
         Ok(())
     }
@@ -86,6 +113,30 @@ pub enum FactoryError {
         /// Why not.
         reason: String,
     },
+    /// The caller's [`StartGate`] refused to start a new informer for this key.
+    #[error("cannot watch {key}: no new informer may start for this caller now")]
+    StartRefused {
+        /// What was asked for.
+        key: String,
+    },
+}
+
+/// Asked, under the factory's lock, before an informer is started for a caller: only when
+/// no informer for the key runs or lingers, and after its source was built, so that
+/// `true` means the informer starts. A gate counts and bounds the starts one caller causes
+/// (a token bucket per plugin, in the binary); it must not block.
+pub trait StartGate: Send + Sync {
+    /// Whether an informer for `key` may start now.
+    fn admit(&self, key: &InformerKey) -> bool;
+}
+
+/// The gate of callers whose starts are not bounded.
+struct Unbounded;
+
+impl StartGate for Unbounded {
+    fn admit(&self, _key: &InformerKey) -> bool {
+        true
+    }
 }
 
 /// Builds the [`ListerWatcher`] (and decoder) behind an informer key.
@@ -98,9 +149,9 @@ pub trait SourceProvider: Send + Sync + 'static {
         ObjectDecoder::new(resource.clone())
     }
 
-    /// A source for `key` that sends each object's metadata alone (`PartialObjectMetadata`),
-    /// for informers whose users read nothing else; `None` (the default) when the provider
-    /// cannot serve that form, and such informers get whole objects.
+    /// A source for `key` (of [`Form::Metadata`]) that sends each object's metadata alone
+    /// (`PartialObjectMetadata`); `None` (the default) when the provider cannot serve that
+    /// form, and its users share the informer of whole objects.
     fn metadata_lister_watcher(
         &self,
         key: &InformerKey,
@@ -120,28 +171,20 @@ struct FactoryInner {
     provider: Arc<dyn SourceProvider>,
     config: ReflectorConfig,
     on_error: Option<WatchErrorHandler>,
+    /// How long an informer nobody uses keeps running; zero: it stops at once.
+    linger: Duration,
     /// Running informers and how many [`Subscription`]s and [`InformerLease`]s use each.
-    /// Invariant: every count is at least one; an informer is removed and shut down, under
-    /// this lock, when its count drops to zero.
+    /// Invariant: an informer whose count is zero lingers: it is removed and shut down,
+    /// under this lock, when its linger ends with the count still zero.
     informers: Mutex<HashMap<InformerKey, Shared>>,
 }
 
 struct Shared {
     informer: SharedIndexInformer,
     users: usize,
-    /// Users that need objects' bodies. Invariant: while nonzero the informer's source sends
-    /// whole objects; while zero it sends metadata alone if the provider can.
-    body_users: usize,
-}
-
-/// Whether a user of an informer needs objects' bodies (JSON, projections, path indexes) or
-/// reads their metadata alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Needs {
-    /// The whole object.
-    Bodies,
-    /// Metadata alone: a metadata-only informer does.
-    Metadata,
+    /// Bumped each time the count drops to zero: a linger ends the informer only if no
+    /// user came and went since it began.
+    idle_since: u64,
 }
 
 impl FactoryInner {
@@ -151,35 +194,36 @@ impl FactoryInner {
             .expect("informer factory lock poisoned by a panic")
     }
 
-    /// The informer for `key`, created and started if needed, with one more user; switched to
-    /// whole objects if this user is the first that needs them.
+    /// The informer for `key`, created and started if `gate` admits it, with one more user,
+    /// and the key it is shared under: of [`Form::Objects`] when the provider serves no
+    /// metadata.
     fn acquire(
         &self,
-        key: &InformerKey,
-        needs: Needs,
-    ) -> Result<SharedIndexInformer, FactoryError> {
+        mut key: InformerKey,
+        gate: &dyn StartGate,
+    ) -> Result<(InformerKey, SharedIndexInformer), FactoryError> {
         let mut informers = self.informers();
-        let bodies = usize::from(needs == Needs::Bodies);
-        if let Some(shared) = informers.get_mut(key) {
-            if bodies == 1 && shared.body_users == 0 && shared.informer.is_metadata_only() {
-                let source = self.provider.lister_watcher(key)?;
-                info!(informer = %key, "a user needs whole objects; listing them again");
-                let decoder = self.provider.decoder(&key.resource);
-                shared.informer.switch_source(source, decoder);
-            }
+        if let Some(shared) = informers.get_mut(&key) {
             shared.users += 1;
-            shared.body_users += bodies;
-            return Ok(shared.informer.clone());
+            return Ok((key, shared.informer.clone()));
         }
-        let metadata_source = match needs {
-            Needs::Metadata => self.provider.metadata_lister_watcher(key)?,
-            Needs::Bodies => None,
-        };
         let decoder = self.provider.decoder(&key.resource);
-        let (source, decoder) = match metadata_source {
-            Some(source) => (source, decoder.metadata_only()),
-            None => (self.provider.lister_watcher(key)?, decoder),
+        let (source, decoder) = match key.form {
+            Form::Metadata => match self.provider.metadata_lister_watcher(&key)? {
+                Some(source) => (source, decoder.metadata_only()),
+                None => {
+                    key.form = Form::Objects;
+                    drop(informers);
+                    return self.acquire(key, gate);
+                }
+            },
+            Form::Objects => (self.provider.lister_watcher(&key)?, decoder),
         };
+        if !gate.admit(&key) {
+            return Err(FactoryError::StartRefused {
+                key: key.to_string(),
+            });
+        }
         let informer = SharedIndexInformer::with_error_handler(
             source,
             decoder,
@@ -192,40 +236,51 @@ impl FactoryInner {
             Shared {
                 informer: informer.clone(),
                 users: 1,
-                body_users: bodies,
+                idle_since: 0,
             },
         );
-        Ok(informer)
+        Ok((key, informer))
     }
 
-    /// One user less; the last one stops the informer, and the last that needed bodies
-    /// switches it to metadata alone when the provider can serve that.
-    fn release(&self, key: &InformerKey, needs: Needs) {
+    /// One user less; after the last, the informer lingers, then stops unless a user came
+    /// back. Without a tokio runtime to wait on, it stops at once.
+    fn release(self: &Arc<Self>, key: &InformerKey) {
         let mut informers = self.informers();
         let Some(shared) = informers.get_mut(key) else {
             return;
         };
         shared.users -= 1;
-        if needs == Needs::Bodies {
-            shared.body_users -= 1;
+        if shared.users > 0 {
+            return;
         }
-        if shared.users == 0 {
+        let runtime = tokio::runtime::Handle::try_current();
+        let (false, Ok(runtime)) = (self.linger.is_zero(), runtime) else {
             let shared = informers.remove(key).expect("present");
             shared.informer.shutdown();
             return;
-        }
-        if shared.body_users > 0 || shared.informer.is_metadata_only() {
-            return;
-        }
-        match self.provider.metadata_lister_watcher(key) {
-            Ok(Some(source)) => {
-                info!(informer = %key, "no user needs whole objects; listing metadata alone");
-                let decoder = self.provider.decoder(&key.resource).metadata_only();
-                shared.informer.switch_source(source, decoder);
+        };
+        shared.idle_since += 1;
+        let idle_since = shared.idle_since;
+        let factory = Arc::downgrade(self);
+        let key = key.clone();
+        let linger = self.linger;
+        runtime.spawn(async move {
+            tokio::time::sleep(linger).await;
+            if let Some(factory) = factory.upgrade() {
+                factory.end_linger(&key, idle_since);
             }
-            Ok(None) => {}
-            // It served before: keep the whole objects rather than fail.
-            Err(error) => warn!(informer = %key, %error, "cannot switch to metadata alone"),
+        });
+    }
+
+    /// Stops the informer for `key` if nobody used it since it went idle at `idle_since`.
+    fn end_linger(&self, key: &InformerKey, idle_since: u64) {
+        let mut informers = self.informers();
+        let idle = informers
+            .get(key)
+            .is_some_and(|shared| shared.users == 0 && shared.idle_since == idle_since);
+        if idle {
+            let shared = informers.remove(key).expect("present");
+            shared.informer.shutdown();
         }
     }
 }
@@ -255,9 +310,24 @@ impl SharedInformerFactory {
                 provider,
                 config,
                 on_error,
+                linger: Duration::ZERO,
                 informers: Mutex::default(),
             }),
         }
+    }
+
+    /// Keeps an informer nobody uses running for `linger` before it stops (by default it
+    /// stops at once), so that a user that comes back meanwhile finds it warm. Call before
+    /// the first subscription.
+    ///
+    /// # Panics
+    ///
+    /// If the factory has been cloned: the setting belongs to every clone.
+    pub fn with_linger(mut self, linger: Duration) -> Self {
+        Arc::get_mut(&mut self.inner)
+            .expect("with_linger before the factory is cloned")
+            .linger = linger;
+        self
     }
 
     /// Registers a handler on the informer for `key`, creating and starting it if needed.
@@ -267,18 +337,24 @@ impl SharedInformerFactory {
         key: InformerKey,
         options: HandlerOptions,
     ) -> Result<Subscription, FactoryError> {
-        let needs = match options.metadata_only {
-            true => Needs::Metadata,
-            false => Needs::Bodies,
-        };
-        let informer = self.inner.acquire(&key, needs)?;
+        self.subscribe_gated(key, options, &Unbounded)
+    }
+
+    /// [`subscribe`](Self::subscribe), starting a new informer only if `gate` admits it
+    /// ([`FactoryError::StartRefused`] otherwise).
+    pub fn subscribe_gated(
+        &self,
+        key: InformerKey,
+        options: HandlerOptions,
+        gate: &dyn StartGate,
+    ) -> Result<Subscription, FactoryError> {
+        let (key, informer) = self.inner.acquire(key, gate)?;
         let receiver = informer.add_handler(options);
         Ok(Subscription {
             registration: Registration {
                 listener: receiver.id(),
                 informer,
                 key,
-                needs,
                 factory: Arc::downgrade(&self.inner),
             },
             receiver,
@@ -286,14 +362,22 @@ impl SharedInformerFactory {
     }
 
     /// Keeps the informer for `key` running (creating it if needed) without a handler: for
-    /// readers of its cache, who need what `needs` says. Must be called within a tokio
-    /// runtime.
-    pub fn lease(&self, key: InformerKey, needs: Needs) -> Result<InformerLease, FactoryError> {
-        let informer = self.inner.acquire(&key, needs)?;
+    /// readers of its cache. Must be called within a tokio runtime.
+    pub fn lease(&self, key: InformerKey) -> Result<InformerLease, FactoryError> {
+        self.lease_gated(key, &Unbounded)
+    }
+
+    /// [`lease`](Self::lease), starting a new informer only if `gate` admits it
+    /// ([`FactoryError::StartRefused`] otherwise).
+    pub fn lease_gated(
+        &self,
+        key: InformerKey,
+        gate: &dyn StartGate,
+    ) -> Result<InformerLease, FactoryError> {
+        let (key, informer) = self.inner.acquire(key, gate)?;
         Ok(InformerLease {
             informer,
             key,
-            needs,
             factory: Arc::downgrade(&self.inner),
         })
     }
@@ -303,7 +387,7 @@ impl SharedInformerFactory {
         self.inner.informers().get(key).map(|s| s.informer.clone())
     }
 
-    /// Keys of the running informers.
+    /// Keys of the running informers, lingering ones too.
     pub fn keys(&self) -> Vec<InformerKey> {
         self.inner.informers().keys().cloned().collect()
     }
@@ -352,7 +436,8 @@ impl Subscription {
         self.registration.informer()
     }
 
-    /// What this subscription watches.
+    /// What this subscription watches: the key asked for, of [`Form::Objects`] when the
+    /// provider serves no metadata.
     pub fn key(&self) -> &InformerKey {
         self.registration.key()
     }
@@ -384,7 +469,6 @@ pub struct Registration {
     listener: ListenerId,
     informer: SharedIndexInformer,
     key: InformerKey,
-    needs: Needs,
     factory: Weak<FactoryInner>,
 }
 
@@ -419,7 +503,7 @@ impl Drop for Registration {
     fn drop(&mut self) {
         self.informer.remove_handler(self.listener);
         if let Some(factory) = self.factory.upgrade() {
-            factory.release(&self.key, self.needs);
+            factory.release(&self.key);
         }
     }
 }
@@ -428,7 +512,6 @@ impl Drop for Registration {
 pub struct InformerLease {
     informer: SharedIndexInformer,
     key: InformerKey,
-    needs: Needs,
     factory: Weak<FactoryInner>,
 }
 
@@ -453,7 +536,7 @@ impl InformerLease {
 impl Drop for InformerLease {
     fn drop(&mut self) {
         if let Some(factory) = self.factory.upgrade() {
-            factory.release(&self.key, self.needs);
+            factory.release(&self.key);
         }
     }
 }

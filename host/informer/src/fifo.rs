@@ -6,7 +6,7 @@
 //! holding the FIFO lock during `Pop`'s process function).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use smallvec::{SmallVec, smallvec};
@@ -76,9 +76,6 @@ struct State {
     populated: bool,
     /// Keys queued by the first `replace` that have not been popped yet.
     initial_population_count: usize,
-    /// The newest `replace` whose keys are not all popped yet: its source generation, and
-    /// how many pops remain until every key queued then has been popped.
-    relisting: Option<(u64, usize)>,
     closed: bool,
 }
 
@@ -153,14 +150,6 @@ pub struct DeltaFifo {
     synced: Arc<AtomicBool>,
     /// Wakes every [`wait_for_sync`](Self::wait_for_sync) once `synced` turns true.
     synced_now: Notify,
-    /// The source generation of the newest `replace` whose keys have all been popped (and
-    /// processed): written under the lock, so that readers holding it see the latest.
-    relisted: AtomicU64,
-    /// Wakes the consumer when `relisted` advances. `notify_one` keeps a permit, so a relist
-    /// done while the consumer is busy is not missed.
-    relisted_now: Notify,
-    /// Wakes every [`wait_for_relist`](Self::wait_for_relist) when `relisted` advances.
-    relisted_waiters: Notify,
 }
 
 impl std::fmt::Debug for DeltaFifo {
@@ -182,9 +171,6 @@ impl DeltaFifo {
             known,
             synced: Arc::default(),
             synced_now: Notify::new(),
-            relisted: AtomicU64::new(0),
-            relisted_now: Notify::new(),
-            relisted_waiters: Notify::new(),
         }
     }
 
@@ -227,11 +213,7 @@ impl DeltaFifo {
 
     /// Replaces the whole state with a (re)list: a `Replaced` delta per listed object, and a
     /// tombstone `Deleted` for every cached or queued key that the list no longer has.
-    ///
-    /// `generation` numbers the source the list came from (see
-    /// [`SharedIndexInformer::switch_source`](crate::informer::SharedIndexInformer::switch_source));
-    /// once every key queued now has been popped, [`relisted`](Self::relisted) says so.
-    pub fn replace(&self, objects: Vec<Arc<Object>>, generation: u64) {
+    pub fn replace(&self, objects: Vec<Arc<Object>>) {
         let mut state = self.lock();
         let listed: KeySet<ObjectKey> = objects.iter().map(|o| o.key().clone()).collect();
         let listed_count = listed.len();
@@ -266,9 +248,6 @@ impl DeltaFifo {
             state.initial_population_count = listed_count + queued_deletions;
             self.update_synced(&state);
         }
-        // Earlier keys are queued ahead of these: popping the whole queue covers every one.
-        state.relisting = Some((generation, state.queue.len()));
-        self.update_relisted(&mut state);
         drop(state);
         self.ready.notify_one();
     }
@@ -287,46 +266,6 @@ impl DeltaFifo {
         if queued {
             self.ready.notify_one();
         }
-    }
-
-    /// Marks the relist done once its keys have all been popped.
-    fn update_relisted(&self, state: &mut State) {
-        if let Some((generation, 0)) = state.relisting {
-            state.relisting = None;
-            self.relisted.fetch_max(generation, Ordering::AcqRel);
-            self.relisted_now.notify_one();
-            self.relisted_waiters.notify_waiters();
-        }
-    }
-
-    /// Waits until [`relisted`](Self::relisted) reaches `generation`.
-    pub async fn wait_for_relist(&self, generation: u64) {
-        loop {
-            let relisted_now = self.relisted_waiters.notified();
-            tokio::pin!(relisted_now);
-            // Registered before the check, so that a relist done in between still wakes it.
-            relisted_now.as_mut().enable();
-            if self.relisted() >= generation {
-                return;
-            }
-            relisted_now.await;
-        }
-    }
-
-    /// Waits until a relist is done ([`relisted`](Self::relisted) advances), for the
-    /// consumer: a relist that found nothing to queue pops no key. Cancel-safe.
-    pub async fn relist_done(&self) {
-        self.relisted_now.notified().await;
-    }
-
-    /// The source generation of the newest relist whose keys have all been popped: once
-    /// they are processed, the consumer's cache holds only objects from that source or a
-    /// newer one. In [`pop`](Self::pop)'s process function it counts the key being
-    /// processed, so that what follows its processing there may act on the relist done.
-    /// Read it while holding the FIFO (there or in [`exclusive`](Self::exclusive)) for a
-    /// value that cannot move meanwhile.
-    pub fn relisted(&self) -> u64 {
-        self.relisted.load(Ordering::Acquire)
     }
 
     fn update_synced(&self, state: &State) {
@@ -353,11 +292,6 @@ impl DeltaFifo {
                     let in_initial_list = !(state.populated && state.initial_population_count == 0);
                     state.initial_population_count =
                         state.initial_population_count.saturating_sub(1);
-                    if let Some((_, remaining)) = &mut state.relisting {
-                        *remaining -= 1;
-                    }
-                    // Before `process`, which can then act on the relist it completes.
-                    self.update_relisted(&mut state);
                     let process = process.take().expect("process runs once");
                     if let Processed::Requeue(deltas) =
                         process(key.clone(), deltas, in_initial_list)
@@ -494,7 +428,7 @@ mod tests {
         let (fifo, mut cache) = fifo();
         fifo.add(obj("a", 1));
         fifo.delete(obj("a", 2));
-        fifo.replace(vec![], 0); // would add a tombstone delete right after the real one
+        fifo.replace(vec![]); // would add a tombstone delete right after the real one
         let (_, deltas) = pop_one(&fifo, &mut cache).await;
         assert_eq!(
             deltas,
@@ -512,12 +446,12 @@ mod tests {
     #[tokio::test]
     async fn replace_emits_tombstones_for_cached_and_queued_keys() {
         let (fifo, mut cache) = fifo();
-        fifo.replace(vec![obj("cached", 1), obj("kept", 2)], 0);
+        fifo.replace(vec![obj("cached", 1), obj("kept", 2)]);
         pop_one(&fifo, &mut cache).await;
         pop_one(&fifo, &mut cache).await;
         fifo.add(obj("queued-only", 3));
 
-        fifo.replace(vec![obj("kept", 4)], 0);
+        fifo.replace(vec![obj("kept", 4)]);
         let mut popped = Vec::new();
         while !fifo.is_empty() {
             popped.push(pop_one(&fifo, &mut cache).await);
@@ -541,7 +475,7 @@ mod tests {
     async fn has_synced_only_after_initial_items_are_popped() {
         let (fifo, mut cache) = fifo();
         assert!(!fifo.has_synced());
-        fifo.replace(vec![obj("a", 1), obj("b", 2)], 0);
+        fifo.replace(vec![obj("a", 1), obj("b", 2)]);
         assert!(!fifo.has_synced());
         pop_one(&fifo, &mut cache).await;
         assert!(!fifo.has_synced());
@@ -553,34 +487,14 @@ mod tests {
     #[tokio::test]
     async fn empty_initial_list_is_synced_at_once() {
         let (fifo, _cache) = fifo();
-        fifo.replace(vec![], 0);
+        fifo.replace(vec![]);
         assert!(fifo.has_synced());
-    }
-
-    #[tokio::test]
-    async fn a_relist_is_done_once_every_key_queued_before_it_is_popped() {
-        let (fifo, mut cache) = fifo();
-        // Nothing to queue: done at once.
-        fifo.replace(vec![], 2);
-        assert_eq!(fifo.relisted(), 2);
-        fifo.replace(vec![obj("a", 1)], 2);
-        fifo.add(obj("early", 2));
-        fifo.replace(vec![obj("a", 3), obj("b", 4)], 7);
-        // a, early (queued before the relist, and gone from it: a tombstone), b.
-        assert_eq!(fifo.relisted(), 2);
-        pop_one(&fifo, &mut cache).await;
-        fifo.add(obj("late", 5));
-        pop_one(&fifo, &mut cache).await;
-        assert_eq!(fifo.relisted(), 2);
-        pop_one(&fifo, &mut cache).await;
-        assert_eq!(fifo.relisted(), 7, "late came after the relist");
-        assert_eq!(pop_one(&fifo, &mut cache).await.0.as_str(), "ns/late");
     }
 
     #[tokio::test]
     async fn resync_skips_keys_with_queued_deltas() {
         let (fifo, mut cache) = fifo();
-        fifo.replace(vec![obj("a", 1), obj("b", 2)], 0);
+        fifo.replace(vec![obj("a", 1), obj("b", 2)]);
         pop_one(&fifo, &mut cache).await;
         pop_one(&fifo, &mut cache).await;
         fifo.update(obj("a", 3));

@@ -6,12 +6,12 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use kubeplug_json::path::FieldPath;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -21,8 +21,7 @@ use crate::indexer::{Indexer, IndexerWriter, new_indexer};
 use crate::listener::{BufferPolicy, Listener, ListenerId, ListenerReceiver, Notification};
 use crate::object::{Object, ObjectDecoder};
 use crate::reflector::{
-    Reflector, ReflectorConfig, ReflectorCounts, ReflectorError, ReflectorStats, SourceSwitch,
-    WatchErrorHandler,
+    Reflector, ReflectorConfig, ReflectorCounts, ReflectorError, ReflectorStats, WatchErrorHandler,
 };
 use crate::source::ListerWatcher;
 
@@ -45,11 +44,6 @@ pub struct HandlerOptions {
     /// the handler is, so that their values are selected once when an object is stored and
     /// shared by every handler that reads them ([`Object::selected`](crate::object::Object::selected)).
     pub projections: Vec<FieldPath>,
-    /// The handler reads each object's metadata alone (no JSON, no projections, no path
-    /// indexes), so objects without bodies do for it: added while the informer switches to
-    /// a source with bodies ([`switch_source`](SharedIndexInformer::switch_source)), it
-    /// starts at once instead of after the relist.
-    pub metadata_only: bool,
 }
 
 /// A shared informer for one resource (and namespace and selectors, fixed by its source).
@@ -103,11 +97,8 @@ struct Inner {
     /// Taken by the task that processes deltas, its only writer.
     writer: Mutex<Option<IndexerWriter>>,
     reflector: Mutex<Option<Reflector>>,
-    /// The Reflector's source; the newest value is the one it uses or is switching to.
-    switches: watch::Sender<SourceSwitch>,
-    /// The generation of the newest source with bodies: handlers that need bodies wait for
-    /// its relist ([`DeltaFifo::relisted`]) before they start.
-    bodies_since: AtomicU64,
+    /// Its source sends each object's metadata alone.
+    metadata_only: bool,
     reflector_stats: Arc<ReflectorStats>,
     started: AtomicBool,
     cancel: CancellationToken,
@@ -118,21 +109,10 @@ struct Inner {
 
 struct Processor {
     listeners: Vec<Listener>,
-    /// Handlers that need bodies, added while the informer switches to a source with them.
-    waiting: Vec<Waiting>,
     /// Listeners whose resync was due at the last check: the only ones that get Sync
     /// notifications.
     syncing: HashSet<ListenerId>,
     next_id: u64,
-}
-
-/// A handler that starts (the cache replayed to it) once the relist from source generation
-/// `relist` has been processed, when every cached object has its body.
-struct Waiting {
-    relist: u64,
-    listener: Listener,
-    /// The handler's synced flag, false until it starts.
-    synced: Arc<AtomicBool>,
 }
 
 impl Inner {
@@ -140,11 +120,7 @@ impl Inner {
         self.cancel.cancel();
         self.fifo.close();
         let processor = lock(&self.processor);
-        for listener in processor
-            .listeners
-            .iter()
-            .chain(processor.waiting.iter().map(|w| &w.listener))
-        {
+        for listener in &processor.listeners {
             listener.close();
         }
     }
@@ -190,13 +166,8 @@ impl SharedIndexInformer {
     ) -> Self {
         let (writer, indexer) = new_indexer();
         let fifo = Arc::new(DeltaFifo::new(indexer.clone()));
-        let (switches, switched) = watch::channel(SourceSwitch {
-            source: source.clone(),
-            decoder: decoder.clone(),
-            generation: 0,
-        });
-        let mut reflector =
-            Reflector::new(source, decoder, fifo.clone(), config).with_switches(switched);
+        let metadata_only = decoder.is_metadata_only();
+        let mut reflector = Reflector::new(source, decoder, fifo.clone(), config);
         if let Some(handler) = on_error {
             reflector = reflector.with_error_handler(handler);
         }
@@ -205,15 +176,13 @@ impl SharedIndexInformer {
             indexer,
             processor: Mutex::new(Processor {
                 listeners: Vec::new(),
-                waiting: Vec::new(),
                 syncing: HashSet::new(),
                 next_id: 0,
             }),
             writer: Mutex::new(Some(writer)),
             reflector_stats: reflector.stats(),
             reflector: Mutex::new(Some(reflector)),
-            switches,
-            bodies_since: AtomicU64::new(0),
+            metadata_only,
             started: AtomicBool::new(false),
             cancel: CancellationToken::new(),
             tasks: Mutex::new(Vec::new()),
@@ -277,67 +246,27 @@ impl SharedIndexInformer {
             let mut processor = lock(&inner.processor);
             let id = ListenerId(processor.next_id);
             processor.next_id += 1;
-            let started = inner.started.load(Ordering::Acquire);
-            let bodies_since = inner.bodies_since.load(Ordering::Acquire);
-            let waits = started && !options.metadata_only && inner.fifo.relisted() < bodies_since;
-            // A waiting handler has not synced until it starts, whatever the informer has.
-            let synced = match waits {
-                true => Arc::new(AtomicBool::new(false)),
-                false => inner.fifo.synced_flag(),
-            };
             let (mut listener, receiver) = Listener::new(
                 id,
                 options.buffer,
                 options.budget,
                 options.resync_period,
-                synced.clone(),
+                inner.fifo.synced_flag(),
             );
             listener.keep_projections(projections);
-            if waits {
-                processor.waiting.push(Waiting {
-                    relist: bodies_since,
-                    listener,
-                    synced,
-                });
-            } else {
-                if started {
-                    replay_cache(&inner.indexer, &mut listener);
-                }
-                processor.listeners.push(listener);
+            if inner.started.load(Ordering::Acquire) {
+                replay_cache(&inner.indexer, &mut listener);
             }
+            processor.listeners.push(listener);
             receiver
         });
         inner.handlers_changed.notify_one();
         receiver
     }
 
-    /// Lists and watches `source` from now on, decoding with `decoder`: whatever the
-    /// Reflector was doing is dropped, and a fresh list from `source` replaces the cache.
-    /// Handlers see the switch as a relist (client-go's Replace): no repeated adds, updates
-    /// only for objects whose resourceVersion changed, deletions (tombstones) for objects
-    /// gone. The factory switches between whole objects and metadata alone this way.
-    ///
-    /// When the decoder keeps bodies, handlers added from now on that need them
-    /// ([`HandlerOptions::metadata_only`] unset) start once the relist has been processed,
-    /// so that the cache replayed to them holds bodies.
-    pub fn switch_source(&self, source: Arc<dyn ListerWatcher>, decoder: ObjectDecoder) {
-        let inner = &self.inner;
-        inner.switches.send_modify(|current| {
-            let generation = current.generation + 1;
-            if !decoder.is_metadata_only() {
-                inner.bodies_since.store(generation, Ordering::Release);
-            }
-            *current = SourceSwitch {
-                source,
-                decoder,
-                generation,
-            };
-        });
-    }
-
-    /// Whether the source in use, or being switched to, sends metadata alone.
+    /// Whether its source sends each object's metadata alone.
     pub fn is_metadata_only(&self) -> bool {
-        self.inner.switches.borrow().decoder.is_metadata_only()
+        self.inner.metadata_only
     }
 
     /// Unregisters a handler at once: its receiver returns `None`, its backlog is dropped.
@@ -350,16 +279,14 @@ impl SharedIndexInformer {
             l.id() != id
         };
         processor.listeners.retain(unregister);
-        processor.waiting.retain(|w| unregister(&w.listener));
         drop(processor);
         self.inner.handlers_changed.notify_one();
     }
 
     /// Hands the handler `id` the cached objects `filter` picks, as adds flagged
     /// `in_initial_list`, in order with the live changes: whatever it receives after them is
-    /// newer. Returns how many. A handler not started yet (waiting for bodies) gets the whole
-    /// cache when it starts and nothing now. A sharded replica replays the keys it gains this
-    /// way, as client-go replays the cache to a handler added late.
+    /// newer. Returns how many. A sharded replica replays the keys it gains this way, as
+    /// client-go replays the cache to a handler added late.
     pub fn replay(&self, id: ListenerId, filter: &dyn Fn(&Object) -> bool) -> usize {
         let inner = &self.inner;
         inner.fifo.exclusive(|| {
@@ -385,8 +312,7 @@ impl SharedIndexInformer {
     pub fn handler_count(&self) -> usize {
         let mut processor = lock(&self.inner.processor);
         processor.listeners.retain(|l| !l.is_closed());
-        processor.waiting.retain(|w| !w.listener.is_closed());
-        processor.listeners.len() + processor.waiting.len()
+        processor.listeners.len()
     }
 
     /// The informer's cache.
@@ -402,32 +328,6 @@ impl SharedIndexInformer {
     /// Waits until [`has_synced`](Self::has_synced).
     pub async fn wait_for_sync(&self) {
         self.inner.fifo.wait_for_sync().await;
-    }
-
-    /// True once the cache holds what its users need: synced, and, when the source sends
-    /// bodies, every cached object came from such a source (the relist of a switch to it
-    /// has been processed). A reader of bodies waits for this rather than for
-    /// [`has_synced`](Self::has_synced): a switched informer stays synced while it relists.
-    pub fn has_complete_cache(&self) -> bool {
-        self.has_synced()
-            && (self.is_metadata_only()
-                || self.inner.fifo.relisted() >= self.inner.bodies_since.load(Ordering::Acquire))
-    }
-
-    /// Waits until [`has_complete_cache`](Self::has_complete_cache).
-    pub async fn wait_for_complete_cache(&self) {
-        self.wait_for_sync().await;
-        loop {
-            let since = self.inner.bodies_since.load(Ordering::Acquire);
-            if self.is_metadata_only() {
-                return;
-            }
-            self.inner.fifo.wait_for_relist(since).await;
-            // A switch meanwhile has a relist of its own to wait for.
-            if self.inner.bodies_since.load(Ordering::Acquire) == since {
-                return;
-            }
-        }
     }
 
     /// The Reflector's counters now.
@@ -459,21 +359,13 @@ impl SharedIndexInformer {
 /// locked. It updates the cache first, then notifies; it never waits on a handler.
 async fn process_deltas(inner: Arc<Inner>, mut writer: IndexerWriter) {
     let fifo = inner.fifo.clone();
-    loop {
-        let popped = fifo.pop(|_, deltas, in_initial_list| {
+    while fifo
+        .pop(|_, deltas, in_initial_list| {
             handle_deltas(&inner, &mut writer, deltas, in_initial_list);
             Processed::Done
-        });
-        tokio::select! {
-            more = popped => if !more {
-                return;
-            },
-            // A relist that queued nothing (nothing listed, nothing cached) pops no key.
-            () = fifo.relist_done() => fifo.exclusive(|| {
-                start_waiting(&inner.indexer, &mut lock(&inner.processor), &fifo);
-            }),
-        }
-    }
+        })
+        .await
+    {}
 }
 
 fn handle_deltas(inner: &Inner, writer: &mut IndexerWriter, deltas: Deltas, in_initial_list: bool) {
@@ -508,33 +400,6 @@ fn handle_deltas(inner: &Inner, writer: &mut IndexerWriter, deltas: Deltas, in_i
                 }
             },
         }
-    }
-    // This key may have been the last of a relist.
-    start_waiting(&inner.indexer, &mut processor, &inner.fifo);
-}
-
-/// Starts the handlers waiting for a relist the FIFO has done: the cache is replayed to
-/// each. Called with the FIFO locked, after a key's deltas were processed or when a relist
-/// that queued nothing is done.
-fn start_waiting(indexer: &Indexer, processor: &mut Processor, fifo: &DeltaFifo) {
-    if processor.waiting.is_empty() {
-        return;
-    }
-    let relisted = fifo.relisted();
-    let (ready, waiting): (Vec<Waiting>, Vec<Waiting>) = std::mem::take(&mut processor.waiting)
-        .into_iter()
-        .partition(|w| w.relist <= relisted);
-    processor.waiting = waiting;
-    for Waiting {
-        mut listener,
-        synced,
-        ..
-    } in ready
-    {
-        replay_cache(indexer, &mut listener);
-        // The relist came after the first list: the informer has synced.
-        synced.store(true, Ordering::Release);
-        processor.listeners.push(listener);
     }
 }
 

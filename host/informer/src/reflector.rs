@@ -3,8 +3,7 @@
 //! Written as a state machine (`State` plus `Reflector::step`): each state says what we
 //! know and what we wait for. List (page by page) into `Replace`, watch from the list's
 //! resourceVersion, re-watch from the last version seen when a watch ends, relist on `410
-//! Gone`, and back off exponentially with jitter on other errors. A switch of the source
-//! ([`SourceSwitch`]) drops whatever the Reflector was doing and lists from the new one.
+//! Gone`, and back off exponentially with jitter on other errors.
 
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
@@ -14,7 +13,6 @@ use std::time::Duration;
 
 use futures::{FutureExt as _, StreamExt};
 use indexmap::IndexMap;
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
@@ -266,41 +264,10 @@ enum State {
     Backoff { until: Instant, then: Box<State> },
 }
 
-/// What a Reflector lists and watches and how it decodes, numbered: the FIFO learns from
-/// the number which source a relist came from ([`DeltaFifo::relisted`]).
-#[derive(Clone)]
-pub struct SourceSwitch {
-    /// The new source.
-    pub source: Arc<dyn ListerWatcher>,
-    /// How to decode its objects.
-    pub decoder: ObjectDecoder,
-    /// Greater than that of every earlier source.
-    pub generation: u64,
-}
-
-/// The next source `switches` sees, with the receiver handed back; never, without a
-/// receiver or once the informer (the sender) is gone, when cancellation follows.
-async fn next_switch(
-    switches: Option<watch::Receiver<SourceSwitch>>,
-) -> (watch::Receiver<SourceSwitch>, SourceSwitch) {
-    let Some(mut switches) = switches else {
-        return std::future::pending().await;
-    };
-    if switches.changed().await.is_err() {
-        return std::future::pending().await;
-    }
-    let newest = switches.borrow_and_update().clone();
-    (switches, newest)
-}
-
 /// ListAndWatch for one resource into a [`DeltaFifo`]. See the module docs.
 pub struct Reflector {
     source: Arc<dyn ListerWatcher>,
     decoder: ObjectDecoder,
-    /// Numbers `source`: 0 for the first.
-    generation: u64,
-    /// Newer sources, taken by [`run`](Self::run); a sender of one value only waits for none.
-    switches: Option<watch::Receiver<SourceSwitch>>,
     fifo: Arc<DeltaFifo>,
     config: ReflectorConfig,
     on_error: Option<WatchErrorHandler>,
@@ -324,8 +291,6 @@ impl Reflector {
         Self {
             source,
             decoder,
-            generation: 0,
-            switches: None,
             fifo,
             config,
             on_error: None,
@@ -341,14 +306,6 @@ impl Reflector {
         self
     }
 
-    /// Switches to each source `switches` sees from now on: whatever the Reflector is doing
-    /// is dropped (an open watch closes) and a fresh list from the new source replaces the
-    /// FIFO's state, so handlers see the switch as a relist.
-    pub fn with_switches(mut self, switches: watch::Receiver<SourceSwitch>) -> Self {
-        self.switches = Some(switches);
-        self
-    }
-
     /// The counters, shared.
     pub fn stats(&self) -> Arc<ReflectorStats> {
         self.stats.clone()
@@ -358,17 +315,8 @@ impl Reflector {
     pub async fn run(mut self, cancel: CancellationToken) {
         let span = info_span!("reflector", resource = %self.decoder.resource());
         async move {
-            let mut switches = self.switches.take();
-            if let Some(switches) = &mut switches {
-                let newest = switches.borrow_and_update().clone();
-                if newest.generation != self.generation {
-                    self.switch(newest);
-                }
-            }
-            // Both waits live across steps: a step per watch event must not register and
-            // drop a waiter each time.
-            let switched = next_switch(switches);
-            tokio::pin!(switched);
+            // The wait lives across steps: a step per watch event must not register and drop
+            // a waiter each time.
             let cancelled = cancel.cancelled();
             tokio::pin!(cancelled);
             let mut state = State::List;
@@ -380,11 +328,6 @@ impl Reflector {
                 tokio::select! {
                     biased;
                     () = &mut cancelled => return,
-                    (switches, switch) = &mut switched => {
-                        self.switch(switch);
-                        switched.set(next_switch(Some(switches)));
-                        state = State::List;
-                    }
                     next = step => state = match next {
                         Ok(next) => next,
                         Err(payload) => self.after_panic(payload.as_ref()),
@@ -394,18 +337,6 @@ impl Reflector {
         }
         .instrument(span)
         .await
-    }
-
-    fn switch(&mut self, switch: SourceSwitch) {
-        debug!(
-            generation = switch.generation,
-            metadata_only = switch.decoder.is_metadata_only(),
-            "switching source; listing again"
-        );
-        self.source = switch.source;
-        self.decoder = switch.decoder;
-        self.generation = switch.generation;
-        self.streaming_refused = false;
     }
 
     fn resource(&self) -> String {
@@ -511,7 +442,7 @@ impl Reflector {
                     None => {
                         debug!(objects = items.len(), rv = %page.resource_version, "listed");
                         self.stats.listed();
-                        self.fifo.replace(items, self.generation);
+                        self.fifo.replace(items);
                         self.stats
                             .set_last_sync_resource_version(&page.resource_version);
                         State::Watch {
@@ -688,7 +619,7 @@ impl Reflector {
                 {
                     debug!(objects = items.len(), rv = %resource_version, "streamed initial list");
                     self.stats.listed();
-                    self.fifo.replace(items, self.generation);
+                    self.fifo.replace(items);
                 }
             }
             WatchEvent::Error(status) => {

@@ -55,7 +55,7 @@ fn encode<T>(
     Ok(())
 }
 
-/// Per informer (label `informer`: resource, namespace and selectors):
+/// Per informer (label `informer`: resource, namespace, selectors and form):
 /// `kubeplug_informer_objects`, `_synced`, `_metadata_only`, `_handlers`, `_lists_total`,
 /// `_watches_total`, `_watch_events_total`, `_skipped_objects_total`, `_errors_total` and
 /// `_panics_total`.
@@ -109,7 +109,7 @@ impl Collector for InformerCollector {
             },
             Family {
                 name: "kubeplug_informer_metadata_only",
-                help: "1 while the informer lists and watches objects' metadata alone: none of its users needs their bodies.",
+                help: "1 when the informer lists and watches objects' metadata alone: its users read nothing else.",
                 kind: Kind::Gauge(|i| i64::from(i.is_metadata_only())),
             },
             Family {
@@ -156,7 +156,8 @@ impl Collector for InformerCollector {
 /// file's):
 /// `kubeplug_plugin_loaded` (1 when running), `kubeplug_plugin_quarantined`,
 /// `kubeplug_plugin_events_total` and `kubeplug_plugin_failures_total` (over every version
-/// of the file), `kubeplug_plugin_keys_refused_total`, `kubeplug_plugin_buffer_merged_total`;
+/// of the file), `kubeplug_plugin_keys_refused_total`, `kubeplug_plugin_buffer_merged_total`,
+/// `kubeplug_plugin_informer_starts_total` and `kubeplug_plugin_informer_starts_refused_total`;
 /// `kubeplug_plugin_reloads_total{result}`; and the series plugins define.
 #[derive(Debug)]
 pub(crate) struct PluginCollector {
@@ -183,7 +184,7 @@ impl Collector for PluginCollector {
                 (name, r)
             })
             .collect();
-        let families: [Family<PluginReport>; 6] = [
+        let families: [Family<PluginReport>; 8] = [
             Family {
                 name: "kubeplug_plugin_loaded",
                 help: "1 when the plugin is loaded and running.",
@@ -216,6 +217,18 @@ impl Collector for PluginCollector {
                 help: "Notifications merged into a key's waiting one because the plugin's \
                        buffer was over buffer_budget_mib.",
                 kind: Kind::Counter(|r| r.buffer_merged),
+            },
+            Family {
+                name: "kubeplug_plugin_informer_starts",
+                help: "Informers started for the plugin's subscriptions and cache reads (not \
+                       those it found running or lingering).",
+                kind: Kind::Counter(|r| r.informer_starts),
+            },
+            Family {
+                name: "kubeplug_plugin_informer_starts_refused",
+                help: "Informer starts refused because the plugin had started too many too \
+                       quickly.",
+                kind: Kind::Counter(|r| r.informer_starts_refused),
             },
         ];
         encode(&mut encoder, "plugin", &reports, &families)?;

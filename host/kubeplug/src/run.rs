@@ -43,6 +43,11 @@ use crate::writer::LocalWriter;
 /// Default address of the HTTP server.
 const DEFAULT_HTTP: &str = "127.0.0.1:8080";
 
+/// How long an informer no plugin uses keeps running before it stops: a hot swap, or a swap
+/// back, within it finds its informers warm instead of costing a LIST and a WATCH each;
+/// past it, the memory of a cache nobody reads is given back.
+const INFORMER_LINGER: Duration = Duration::from_secs(30);
+
 /// Runs until SIGTERM or Ctrl-C, which stop it gracefully in any phase (a second one at
 /// once, see [`stop_on_signals`]).
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -108,7 +113,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
 
     let serving = serving(&args, &config, &cluster.backend)?;
-    let factory = SharedInformerFactory::new(cluster.provider, ReflectorConfig::default());
+    let factory = SharedInformerFactory::new(cluster.provider, ReflectorConfig::default())
+        .with_linger(INFORMER_LINGER);
     let mut registry = Registry::default();
     let sharded = args.sharding.sharding;
     let (election, shard_durations) = match (durations, sharded) {

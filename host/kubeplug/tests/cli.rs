@@ -370,9 +370,10 @@ fn a_running_host_serves_probes_metrics_and_plugin_status_and_follows_the_manife
             .iter()
             .any(|s| s.metric == name && s.labels.get(label.0) == Some(label.1))
     };
+    // label-audit reads Deployments' labels alone: their informer is of the metadata form.
     assert!(has(
         "kubeplug_informer_objects",
-        ("informer", "apps/v1/deployments")
+        ("informer", "apps/v1/deployments metadata")
     ));
     assert!(has("kubeplug_plugin_loaded", ("plugin", "label-audit")));
     assert!(has(

@@ -2,15 +2,18 @@
 //! [`CacheView`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use kubeplug_informer::factory::{InformerKey, InformerLease, Needs, SharedInformerFactory};
+use kubeplug_informer::factory::{
+    FactoryError, Form, InformerKey, InformerLease, SharedInformerFactory,
+};
 use kubeplug_informer::indexer::Indexer;
 use kubeplug_informer::informer::SharedIndexInformer;
 use kubeplug_runtime::{CacheView, Gvk};
 use tracing::error;
 
 use super::Resolver;
+use super::starts::InformerStarts;
 
 /// The caches plugins read: one informer per resource type, within the host's namespace
 /// (`--namespace`) when it has one, kept running by a lease while any plugin may read it.
@@ -19,7 +22,7 @@ use super::Resolver;
 ///
 /// Each plugin version has its own, so that its leases say what it needs: whole objects
 /// of the types whose bodies it reads, metadata alone of the rest. The informers are the
-/// factory's, shared with every other plugin; one that another lease needs whole is whole.
+/// factory's, shared with every other plugin that reads the same form.
 pub(crate) struct FactoryCache {
     factory: SharedInformerFactory,
     resolve: Resolver,
@@ -31,6 +34,8 @@ pub(crate) struct FactoryCache {
     bodies: OnceLock<BTreeSet<Gvk>>,
     // A std mutex: lookups are short and never span an `.await`.
     leases: Mutex<BTreeMap<Gvk, InformerLease>>,
+    /// The plugin's budget of informer starts, which its reads spend too.
+    starts: Arc<InformerStarts>,
 }
 
 impl FactoryCache {
@@ -38,6 +43,7 @@ impl FactoryCache {
         factory: SharedInformerFactory,
         resolve: Resolver,
         namespace: Option<String>,
+        starts: Arc<InformerStarts>,
     ) -> Self {
         Self {
             factory,
@@ -45,6 +51,7 @@ impl FactoryCache {
             namespace,
             bodies: OnceLock::new(),
             leases: Mutex::default(),
+            starts,
         }
     }
 
@@ -73,20 +80,24 @@ impl FactoryCache {
         } else {
             None
         };
+        let form = match self.reads_bodies(resource) {
+            true => Form::Objects,
+            false => Form::Metadata,
+        };
         let key = InformerKey {
             namespace,
+            form,
             ..InformerKey::all(served)
         };
-        let needs = match self.reads_bodies(resource) {
-            true => Needs::Bodies,
-            false => Needs::Metadata,
-        };
-        match self.factory.lease(key, needs) {
+        match self.factory.lease_gated(key, &*self.starts) {
             Ok(lease) => {
                 let informer = lease.informer().clone();
                 leases.insert(resource.clone(), lease);
                 Some(informer)
             }
+            // Counted in the plugin's refused starts; a log line per read would let the
+            // plugin flood the log.
+            Err(FactoryError::StartRefused { .. }) => None,
             Err(error) => {
                 error!(%resource, %error, "cannot start an informer for plugin reads");
                 None
@@ -115,15 +126,9 @@ impl CacheView for FactoryCache {
             .map(|informer| informer.indexer().clone())
     }
 
-    /// A reader of bodies waits, too, while its informer relists to switch to whole
-    /// objects: until then the cache may hold metadata alone.
     fn has_synced(&self, resource: &Gvk) -> bool {
-        let reads_bodies = self.reads_bodies(resource);
         self.leases()
             .get(resource)
-            .is_some_and(|lease| match reads_bodies {
-                true => lease.informer().has_complete_cache(),
-                false => lease.informer().has_synced(),
-            })
+            .is_some_and(|lease| lease.informer().has_synced())
     }
 }

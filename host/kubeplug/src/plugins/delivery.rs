@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use kubeplug_informer::factory::{FactoryError, InformerKey, Needs};
+use kubeplug_informer::factory::{FactoryError, InformerKey};
 use kubeplug_informer::informer::HandlerOptions;
 use kubeplug_informer::listener::{BufferPolicy, ListenerProbe, ListenerReceiver};
 use kubeplug_runtime::{Delivery, DriverControl, DriverError, Plugin};
@@ -11,7 +11,8 @@ use kubeplug_workqueue::Queue;
 use tokio::task::JoinHandle;
 use tracing::{error, warn};
 
-use super::{Delivering, Event, PluginHost, PluginId, Registered, needs};
+use super::starts::StartBudget;
+use super::{Delivering, Event, PluginHost, PluginId, Registered};
 
 /// Why a version's deliveries could not start, by step; the informer factory's, the driver's
 /// or the work queue's error is the source. Retried at the next rescan
@@ -21,6 +22,14 @@ pub(crate) enum StartError {
     /// An informer the version subscribes to or reads could not be leased.
     #[error("leasing its informers")]
     Lease(#[source] FactoryError),
+    /// The plugin's budget of informer starts is spent: its versions asked for too many new
+    /// informers too quickly.
+    #[error("leasing its informers: {budget}")]
+    TooManyStarts {
+        budget: StartBudget,
+        #[source]
+        source: FactoryError,
+    },
     /// A handler could not be registered on a subscription's informer.
     #[error("registering its handlers")]
     Subscribe(#[source] FactoryError),
@@ -139,7 +148,6 @@ impl PluginHost {
                 budget,
                 resync_period: wanted.resync_period,
                 projections: wanted.projections.paths().paths().to_vec(),
-                metadata_only: needs(wanted) == Needs::Metadata,
             };
             let (registration, receiver) = self
                 .factory

@@ -16,14 +16,12 @@ use super::delivery::StartError;
 use super::status::Totals;
 use super::{
     Event, FactoryCache, FileContent, LoadFailure, PluginHost, PluginId, PluginSettings, Prepared,
-    Serving, failure, name_mismatch, needs, plugin_settings,
+    Serving, failure, form, name_mismatch, plugin_settings,
 };
 
 impl Prepared {
     pub(super) fn synced(&self) -> bool {
-        self.reads
-            .iter()
-            .all(|(_, informer)| informer.has_complete_cache())
+        self.reads.iter().all(|(_, informer)| informer.has_synced())
     }
 
     /// Why it has not started: each informer not synced, and the reason it gives.
@@ -31,7 +29,7 @@ impl Prepared {
         let mut informers: Vec<(String, String)> = self
             .reads
             .iter()
-            .filter(|(_, informer)| !informer.has_complete_cache())
+            .filter(|(_, informer)| !informer.has_synced())
             .map(|(resource, informer)| {
                 let error = informer.last_error();
                 (
@@ -89,11 +87,14 @@ impl PluginHost {
             });
         }
         // Each version leases the caches it reads for itself, so that unloading it stops
-        // the informers only it needed.
+        // the informers only it needed; the informers it starts count against its
+        // identity's budget.
+        let starts = self.starts_of(&PluginId::File(path.clone()));
         let cache = Arc::new(FactoryCache::new(
             self.factory.clone(),
             self.resolve.clone(),
             self.namespace.clone(),
+            starts.clone(),
         ));
         let plugin = self
             .runtime
@@ -165,18 +166,25 @@ impl PluginHost {
                 namespace,
                 labels: wanted.labels.clone(),
                 fields: wanted.fields.clone(),
+                form: form(wanted),
             });
         }
         let warm = keys
             .iter()
-            .zip(&description.subscriptions)
-            .map(|(key, wanted)| self.factory.lease(key.clone(), needs(wanted)))
+            .map(|key| self.factory.lease_gated(key.clone(), &*starts))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| match e {
                 FactoryError::SelectorRefused { .. } => LoadFailure::Selector {
                     path: path.clone(),
                     plugin: description.name.clone(),
                     source: e,
+                },
+                FactoryError::StartRefused { .. } => LoadFailure::Start {
+                    path: path.clone(),
+                    source: StartError::TooManyStarts {
+                        budget: self.start_budget,
+                        source: e,
+                    },
                 },
                 _ => LoadFailure::Start {
                     path: path.clone(),
@@ -241,13 +249,8 @@ impl PluginHost {
                 .iter()
                 .map(|(_, informer)| informer.clone())
                 .collect();
-            // Complete, not only synced: a type switched to whole objects for a reader of
-            // bodies relists before the plugin may read it.
-            let synced = futures::future::join_all(
-                informers
-                    .iter()
-                    .map(SharedIndexInformer::wait_for_complete_cache),
-            );
+            let synced =
+                futures::future::join_all(informers.iter().map(SharedIndexInformer::wait_for_sync));
             tokio::pin!(synced);
             tokio::select! {
                 biased;

@@ -22,6 +22,7 @@ mod lifecycle;
 mod load;
 mod resolver;
 mod settings;
+mod starts;
 mod status;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -32,7 +33,7 @@ use std::time::{Duration, SystemTime};
 
 use futures::StreamExt as _;
 use kubeplug_informer::factory::{
-    InformerKey, InformerLease, Needs, Registration, SharedInformerFactory,
+    Form, InformerKey, InformerLease, Registration, SharedInformerFactory,
 };
 use kubeplug_informer::informer::SharedIndexInformer;
 use kubeplug_informer::listener::{ListenerProbe, ListenerReceiver};
@@ -52,6 +53,8 @@ pub(crate) use identity::PluginId;
 use lifecycle::{Ended, Failure, Lifecycle};
 pub(crate) use resolver::{Resolve, Resolver};
 pub(crate) use settings::{PluginSettings, name_mismatch, plugin_settings};
+pub(crate) use starts::InformerStarts;
+pub(crate) use starts::StartBudget;
 pub(crate) use status::{PluginReport, ReloadCounts, StartReadiness};
 use status::{Retired, report};
 
@@ -158,6 +161,12 @@ pub(crate) struct PluginHost {
     /// delivers none. `None`: every plugin delivers every key. Written under `writing`, so
     /// that a delivery started by a swap takes the share in force.
     shares: Option<Mutex<BTreeMap<String, KeyShare>>>,
+    /// How many informers a plugin may start, and how soon one more.
+    start_budget: StartBudget,
+    /// Each plugin identity's budget of informer starts, spent and counted. An identity
+    /// costs this map an entry for the host's life (a few dozen bytes), so that removing
+    /// and adding a file again does not refill its budget.
+    starts: Mutex<BTreeMap<PluginId, Arc<InformerStarts>>>,
 }
 
 impl std::fmt::Debug for PluginHost {
@@ -193,6 +202,8 @@ impl PluginHost {
             changes: tokio::sync::watch::Sender::new(0),
             replay_on_swap: false,
             shares: None,
+            start_budget: StartBudget::default(),
+            starts: Mutex::default(),
         }
     }
 
@@ -249,6 +260,28 @@ impl PluginHost {
             table.insert(id.clone(), Entry { lifecycle, retired });
         }
         step.ended
+    }
+
+    /// Plugin `id`'s budget of informer starts, kept from its first load on, through
+    /// every version and its file's removal: removing and adding a file again does not
+    /// refill it.
+    fn starts_of(&self, id: &PluginId) -> Arc<InformerStarts> {
+        let mut starts = self
+            .starts
+            .lock()
+            .expect("start budgets poisoned by a panic");
+        let budget = self.start_budget;
+        starts
+            .entry(id.clone())
+            .or_insert_with(|| Arc::new(InformerStarts::new(budget)))
+            .clone()
+    }
+
+    /// Bounds the informers each plugin starts by `budget` instead of the default.
+    #[cfg(test)]
+    pub(crate) fn with_start_budget(mut self, budget: StartBudget) -> Self {
+        self.start_budget = budget;
+        self
     }
 
     /// Loads of new or changed files so far, by result.
@@ -393,9 +426,13 @@ impl PluginHost {
 
     /// Every plugin file seen, with its state.
     pub(crate) fn reports(&self) -> Vec<PluginReport> {
+        let starts = self
+            .starts
+            .lock()
+            .expect("start budgets poisoned by a panic");
         self.table()
             .iter()
-            .map(|(id, entry)| report(id, entry))
+            .map(|(id, entry)| report(id, entry, starts.get(id).map(Arc::as_ref)))
             .collect()
     }
 
@@ -422,12 +459,12 @@ impl PluginHost {
     }
 }
 
-/// What a subscription needs of its informer's objects: bodies unless its events carry
-/// metadata alone.
-pub(crate) fn needs(subscription: &SubscriptionSpec) -> Needs {
+/// The form of a subscription's informer: whole objects unless its events carry metadata
+/// alone.
+pub(crate) fn form(subscription: &SubscriptionSpec) -> Form {
     match subscription.reads_metadata_only() {
-        true => Needs::Metadata,
-        false => Needs::Bodies,
+        true => Form::Metadata,
+        false => Form::Objects,
     }
 }
 

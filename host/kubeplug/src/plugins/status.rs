@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use kubeplug_informer::listener::ListenerProbe;
 use kubeplug_runtime::{Plugin, PluginStats};
 
-use super::{Delivering, Entry, PluginId};
+use super::{Delivering, Entry, InformerStarts, PluginId};
 
 /// Counts of versions that stopped serving, so that a file's totals survive reloads.
 #[derive(Debug, Default, Clone, Copy)]
@@ -121,6 +121,12 @@ pub(crate) struct PluginReport {
     pub(crate) keys_refused: u64,
     /// The informers of the serving version's subscriptions, in their order.
     pub(crate) informers: Vec<InformerReport>,
+    /// Over every version of this file: informers started for it (its subscriptions and
+    /// cache reads; not those it found running or lingering).
+    pub(crate) informer_starts: u64,
+    /// Over every version of this file: informer starts refused because it had started
+    /// too many too quickly.
+    pub(crate) informer_starts_refused: u64,
 }
 
 /// An informer a plugin subscribes to, as `/plugins` reports it.
@@ -139,7 +145,11 @@ pub(crate) struct ReloadCounts {
     pub(crate) failure: AtomicU64,
 }
 
-pub(super) fn report(id: &PluginId, entry: &Entry) -> PluginReport {
+pub(super) fn report(
+    id: &PluginId,
+    entry: &Entry,
+    starts: Option<&InformerStarts>,
+) -> PluginReport {
     let lifecycle = &entry.lifecycle;
     let serving = lifecycle.serving();
     let delivering = lifecycle.delivering();
@@ -171,6 +181,8 @@ pub(super) fn report(id: &PluginId, entry: &Entry) -> PluginReport {
         failures: totals.failures,
         keys_refused: totals.keys_refused,
         buffer_merged: totals.merged,
+        informer_starts: starts.map_or(0, InformerStarts::started),
+        informer_starts_refused: starts.map_or(0, InformerStarts::refused),
         informers: serving.map_or_else(Vec::new, |r| {
             r.warm
                 .iter()

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use kubeplug_informer::factory::{FactoryError, SharedInformerFactory, SourceProvider};
+use kubeplug_informer::factory::{FactoryError, Form, SharedInformerFactory, SourceProvider};
 use kubeplug_informer::reflector::ReflectorConfig;
 use kubeplug_informer::resource::Resource;
 use kubeplug_informer::source::{
@@ -30,6 +30,7 @@ fn guest(name: &str) -> PathBuf {
         "recorder",
         "recorder-v2",
         "recorder-pods",
+        "recorder-pods-json",
         "recorder-unknown-kind",
         "recorder-describe-trap",
         "recorder-describe-slow",
@@ -279,7 +280,15 @@ impl Harness {
     /// A harness whose plugins directory holds `files` (name, content) before the host
     /// first looks at it, all settled: they load as one batch.
     async fn with_files(dir_config: DirConfig, config: &str, files: &[(&str, Vec<u8>)]) -> Self {
-        Self::build(dir_config, config, files, Refused::default(), None, false).await
+        Self::build(
+            dir_config,
+            config,
+            files,
+            Refused::default(),
+            None,
+            |host| host,
+        )
+        .await
     }
 
     /// The most general harness: its API server refuses `refused`, the host watches only
@@ -290,7 +299,7 @@ impl Harness {
         files: &[(&str, Vec<u8>)],
         refused: Refused,
         namespace: Option<&str>,
-        replay_on_swap: bool,
+        tune: impl FnOnce(PluginHost) -> PluginHost,
     ) -> Self {
         let cluster_dir = tempfile::tempdir().unwrap();
         let plugins = tempfile::tempdir().unwrap();
@@ -317,18 +326,15 @@ impl Harness {
             Arc::new(move |gvk: &Gvk| resolving.resolve(&gvk.api_version(), &gvk.kind));
         let recorded = Arc::new(Recorded::default());
         let config = Config::parse(config).unwrap();
-        let host = Arc::new(
-            PluginHost::new(
-                runtime.clone(),
-                factory.clone(),
-                resolve,
-                recorded.clone(),
-                WorkqueueMetrics::register(&mut prometheus_client::registry::Registry::default()),
-                config,
-                namespace.map(str::to_owned),
-            )
-            .replaying_on_swap(replay_on_swap),
-        );
+        let host = Arc::new(tune(PluginHost::new(
+            runtime.clone(),
+            factory.clone(),
+            resolve,
+            recorded.clone(),
+            WorkqueueMetrics::register(&mut prometheus_client::registry::Registry::default()),
+            config,
+            namespace.map(str::to_owned),
+        )));
         let dir = PluginDir::new(plugins.path(), dir_config).unwrap();
         let cancel = CancellationToken::new();
         let applying = host.clone();
@@ -805,12 +811,139 @@ async fn a_version_with_other_subscriptions_gets_new_registrations() {
     harness.stop().await;
 }
 
+/// Issue 41: a swap that changes a subscription's form (metadata alone to whole objects)
+/// registers on the other form's informer: the new version is handed the cache as initial
+/// adds, then every change. A plugin on the old form, whose needs did not change, sees
+/// nothing of it: no replay, no repeated event, no relist of its informer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_that_changes_the_form_replays_and_its_neighbour_sees_nothing() {
+    let harness = Harness::configured(settled(), CONFIG).await;
+    let count = 10;
+    let pod = |name: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"default"}}}}"#
+        )
+    };
+    for i in 0..count {
+        harness
+            .cluster
+            .server()
+            .apply(&pods(), &pod(&format!("p-{i}")))
+            .unwrap();
+    }
+    let by = |version: &str| -> Vec<String> {
+        let records = harness.recorded.all();
+        let of_version = records.into_iter().filter(|r| r.version == version);
+        of_version.map(|r| r.key).collect()
+    };
+    let neighbour = || {
+        harness
+            .report("label-reader.wasm")
+            .map_or(0, |r| r.events_delivered)
+    };
+    harness.publish("label-reader.wasm", &guest_bytes("label-reader"));
+    harness.publish("recorder.wasm", &guest_bytes("recorder-pods"));
+    eventually("both saw every Pod", LONG, || {
+        by("0.1.0").len() == count && neighbour() == count as u64
+    })
+    .await;
+    let metadata = informer_of(&harness, "Pod", Form::Metadata).expect("a metadata informer");
+    assert!(informer_of(&harness, "Pod", Form::Objects).is_none());
+
+    harness.publish("recorder.wasm", &guest_bytes("recorder-pods-json"));
+    eventually("the version reading JSON is handed every Pod", LONG, || {
+        by("0.3.0").len() == count
+    })
+    .await;
+    assert!(informer_of(&harness, "Pod", Form::Objects).is_some());
+    harness
+        .cluster
+        .server()
+        .apply(&pods(), &pod("late"))
+        .unwrap();
+    eventually("both saw the late Pod", LONG, || {
+        by("0.3.0").len() > count && neighbour() > count as u64
+    })
+    .await;
+    let mut handled = by("0.3.0");
+    handled.sort();
+    handled.dedup();
+    assert_eq!(handled.len(), count + 1, "each Pod once, the late one too");
+    assert_eq!(by("0.3.0").len(), count + 1);
+    assert_eq!(
+        neighbour(),
+        count as u64 + 1,
+        "the neighbour saw each change once"
+    );
+    assert_eq!(metadata.reflector_counts().lists, 1, "never relisted");
+    assert_eq!(harness.report("recorder.wasm").unwrap().last_error, None);
+    harness.stop().await;
+}
+
+/// Issue 41, hostile: a plugin whose every version asks for new informers spends its budget
+/// of informer starts; past it, its next version fails to load (tried again later) and the
+/// version serving keeps serving. Starts are counted, refusals too; a version that finds
+/// its informers running costs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_keeps_asking_for_new_informers_is_bounded() {
+    let budget = StartBudget {
+        burst: 2,
+        refill: Duration::from_secs(3600),
+    };
+    let harness = Harness::build(settled(), CONFIG, &[], Refused::default(), None, |host| {
+        host.with_start_budget(budget)
+    })
+    .await;
+    let report = || harness.report("recorder.wasm").unwrap();
+    harness.publish("recorder.wasm", &guest_bytes("recorder"));
+    eventually("the first version runs", LONG, || harness.loads() == (1, 0)).await;
+    harness.publish("recorder.wasm", &guest_bytes("recorder-v2"));
+    eventually("a version with the same needs runs", LONG, || {
+        harness.loads() == (2, 0)
+    })
+    .await;
+    assert_eq!(report().informer_starts, 1, "the swap started nothing");
+    harness.publish("recorder.wasm", &guest_bytes("recorder-pods"));
+    eventually("a version on Pods runs", LONG, || harness.loads() == (3, 0)).await;
+    assert_eq!(report().informer_starts, 2);
+
+    harness.publish("recorder.wasm", &guest_bytes("recorder-pods-json"));
+    eventually("the version past the budget fails", LONG, || {
+        harness.loads().1 >= 1
+    })
+    .await;
+    let report = report();
+    assert_eq!(report.state, "running", "the version on Pods keeps serving");
+    assert_eq!(report.version.as_deref(), Some("0.1.0"));
+    let error = report.last_error.unwrap_or_default();
+    assert!(
+        error.contains("a plugin may start 2 informers at once and one more each 3600s"),
+        "{error}"
+    );
+    // A retry of the failed load (at the next rescan) is refused again.
+    assert_eq!(report.informer_starts, 2);
+    assert!(report.informer_starts_refused >= 1);
+    let whole_pods = harness
+        .factory
+        .keys()
+        .into_iter()
+        .filter(|key| key.form == Form::Objects);
+    assert_eq!(
+        whole_pods.filter(|key| key.resource.kind == "Pod").count(),
+        0
+    );
+    harness.stop().await;
+}
+
 /// Issue 21: with `--replay-on-swap`, a version with the same subscriptions is handed the
 /// whole cache again, so that an edit shows at once without an object changing. Without
 /// it (every other test here), the version inherits the listeners and sees only changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_on_swap_hands_the_new_version_the_whole_cache() {
-    let harness = Harness::build(settled(), CONFIG, &[], Refused::default(), None, true).await;
+    let harness = Harness::build(settled(), CONFIG, &[], Refused::default(), None, |host| {
+        host.replaying_on_swap(true)
+    })
+    .await;
     harness.write_config_map("cm-0", 0);
     harness.write_config_map("cm-1", 0);
     harness.publish("recorder.wasm", &guest_bytes("recorder"));
@@ -1394,7 +1527,10 @@ async fn a_plugin_whose_informer_cannot_sync_fails_at_its_deadline_and_starts_on
         ("label-reader.wasm", guest_bytes("label-reader")),
     ];
     let refused = refusing(&["pods"]);
-    let harness = Harness::build(settled(), &config, &files, refused.clone(), None, false).await;
+    let harness = Harness::build(settled(), &config, &files, refused.clone(), None, |host| {
+        host
+    })
+    .await;
     let at_start: BTreeSet<PluginId> =
         [harness.id("recorder.wasm"), harness.id("label-reader.wasm")].into();
     let state = |file: &str| harness.report(file).map(|r| r.state);
@@ -1475,7 +1611,7 @@ async fn a_plugin_starts_once_the_caches_it_reads_have_synced_within_the_hosts_n
         &files,
         refused.clone(),
         Some("team-a"),
-        false,
+        |host| host,
     )
     .await;
     let state = |file: &str| harness.report(file).map(|r| r.state);
@@ -1553,12 +1689,17 @@ async fn a_stalled_plugins_buffer_keeps_the_latest_state_per_key_past_its_budget
     harness.stop().await;
 }
 
-/// The factory's informer of `kind` (the only one), if it runs.
-fn informer_of(harness: &Harness, kind: &str) -> Option<SharedIndexInformer> {
+/// The factory's informer of `kind` in `form` (the only one), if it runs.
+fn informer_of(harness: &Harness, kind: &str, form: Form) -> Option<SharedIndexInformer> {
     let keys = harness.factory.keys();
-    let mut of_kind = keys.iter().filter(|key| key.resource.kind == kind);
+    let mut of_kind = keys
+        .iter()
+        .filter(|key| key.resource.kind == kind && key.form == form);
     let key = of_kind.next()?;
-    assert!(of_kind.next().is_none(), "one informer of {kind}: {keys:?}");
+    assert!(
+        of_kind.next().is_none(),
+        "one informer of {kind} ({form:?}): {keys:?}"
+    );
     harness.factory.informer(key)
 }
 
@@ -1574,7 +1715,9 @@ async fn a_plugin_reading_metadata_through_the_cache_keeps_its_informer_metadata
         harness.recorded.reconciled().len() == count
     })
     .await;
-    let informer = informer_of(&harness, "ConfigMap").expect("the ConfigMap informer runs");
+    let informer =
+        informer_of(&harness, "ConfigMap", Form::Metadata).expect("the ConfigMap informer runs");
+    assert!(informer_of(&harness, "ConfigMap", Form::Objects).is_none());
     assert!(informer.is_metadata_only());
     let cached = informer.indexer().list();
     assert_eq!(cached.len(), count);
@@ -1590,9 +1733,10 @@ async fn a_plugin_reading_metadata_through_the_cache_keeps_its_informer_metadata
     harness.stop().await;
 }
 
-/// Issue 24: a plugin that reads Pods' bodies through the cache, loaded beside one that
-/// watches their metadata alone, switches the shared informer to whole objects and reads
-/// bodies from its first event on; when it goes, the informer switches back.
+/// Issue 41: a plugin that reads Pods' bodies through the cache, loaded beside one that
+/// watches their metadata alone, gets an informer of whole Pods of its own and reads bodies
+/// from its first event on. The metadata informer sees nothing of it: it never relists, and
+/// the plugin on it sees each Pod once, before, during and after the other's life.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_reading_bodies_through_the_cache_never_reads_metadata_alone() {
     let config = format!(
@@ -1610,17 +1754,21 @@ async fn a_plugin_reading_bodies_through_the_cache_never_reads_metadata_alone() 
         harness.cluster.server().apply(&pods(), &json).unwrap();
     }
     harness.publish("recorder.wasm", &guest_bytes("recorder-pods"));
-    eventually("the Pods informer runs metadata-only", LONG, || {
-        informer_of(&harness, "Pod").is_some_and(|i| i.is_metadata_only() && i.has_synced())
+    eventually("the recorder saw every Pod", LONG, || {
+        harness.recorded.all().len() >= count
     })
     .await;
+    let metadata = informer_of(&harness, "Pod", Form::Metadata).expect("a metadata informer");
+    assert!(metadata.is_metadata_only());
+    assert!(informer_of(&harness, "Pod", Form::Objects).is_none());
 
     harness.publish("field-reader.wasm", &guest_bytes("field-reader"));
     eventually("the field reader observed every Pod", LONG, || {
         harness.recorded.3.lock().unwrap().len() >= count
     })
     .await;
-    assert!(!informer_of(&harness, "Pod").unwrap().is_metadata_only());
+    let whole = informer_of(&harness, "Pod", Form::Objects).expect("an informer of whole Pods");
+    assert!(!whole.is_metadata_only());
     for observation in harness.recorded.3.lock().unwrap().iter() {
         let key = observation["key"].as_str().unwrap();
         let node = key.replace("default/p-", "node-");
@@ -1632,17 +1780,30 @@ async fn a_plugin_reading_bodies_through_the_cache_never_reads_metadata_alone() 
     }
 
     std::fs::remove_file(harness.file("field-reader.wasm")).unwrap();
-    eventually("the informer switches back to metadata alone", LONG, || {
-        informer_of(&harness, "Pod").is_some_and(|i| {
-            i.is_metadata_only()
-                && i.has_synced()
-                && i.indexer()
-                    .list()
-                    .iter()
-                    .all(|o| !o.json().contains("\"spec\""))
-        })
+    eventually("the informer of whole Pods stops", LONG, || {
+        informer_of(&harness, "Pod", Form::Objects).is_none()
     })
     .await;
+    let json =
+        r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"late","namespace":"default"}}"#;
+    harness.cluster.server().apply(&pods(), json).unwrap();
+    eventually("the recorder saw the late Pod", LONG, || {
+        harness.recorded.all().len() > count
+    })
+    .await;
+    assert_eq!(
+        harness.recorded.all().len(),
+        count + 1,
+        "each Pod once: the other plugin's coming and going repeated none"
+    );
+    assert_eq!(metadata.reflector_counts().lists, 1, "never relisted");
+    assert!(
+        metadata
+            .indexer()
+            .list()
+            .iter()
+            .all(|o| !o.json().contains("\"spec\""))
+    );
     assert_eq!(harness.report("recorder.wasm").unwrap().last_error, None);
     harness.stop().await;
 }

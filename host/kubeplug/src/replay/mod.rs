@@ -41,7 +41,9 @@ use journal::Journal;
 
 use crate::cli::{OutputFormat, TestArgs};
 use crate::config::Config;
-use crate::plugins::{FactoryCache, PluginSettings, Resolver, plugin_settings};
+use crate::plugins::{
+    FactoryCache, InformerStarts, PluginSettings, Resolver, StartBudget, plugin_settings,
+};
 use crate::run::artifact_cache_dir;
 use crate::writer::LocalWriter;
 use events::InputEvent;
@@ -112,7 +114,9 @@ pub(crate) async fn test(args: TestArgs) -> anyhow::Result<()> {
     let resolving = cluster.clone();
     let resolve: Resolver =
         Arc::new(move |gvk: &Gvk| resolving.resolve(&gvk.api_version(), &gvk.kind));
-    let cache = Arc::new(FactoryCache::new(factory.clone(), resolve, None));
+    // One version replayed: the starts of a first load.
+    let starts = Arc::new(InformerStarts::new(StartBudget::default()));
+    let cache = Arc::new(FactoryCache::new(factory.clone(), resolve, None, starts));
     let informers = Arc::new(Informers::new(cluster.clone(), factory.clone()));
     let writer: Arc<dyn ClusterWriter> = Arc::new(ReadYourWrites::new(
         LocalWriter::new(cluster.clone()),

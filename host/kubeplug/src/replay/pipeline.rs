@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
-use kubeplug_informer::factory::{InformerKey, Needs, Registration, SharedInformerFactory};
+use kubeplug_informer::factory::{InformerKey, Registration, SharedInformerFactory};
 use kubeplug_informer::informer::HandlerOptions;
 use kubeplug_informer::listener::{BufferPolicy, ListenerProbe};
 use kubeplug_local::LocalCluster;
@@ -17,7 +17,7 @@ use kubeplug_runtime::{
 use kubeplug_workqueue::{ItemExponential, Queue, Workers};
 use tokio::task::JoinHandle;
 
-use crate::plugins::needs;
+use crate::plugins::form;
 use crate::writer::LocalWriter;
 
 /// The delay before a failed reconcile is retried: longer than any replay.
@@ -125,10 +125,10 @@ impl Pipeline {
                 namespace,
                 labels: wanted.labels.clone(),
                 fields: wanted.fields.clone(),
+                form: form(wanted),
             };
             let options = HandlerOptions {
                 projections: wanted.projections.paths().paths().to_vec(),
-                metadata_only: needs(wanted) == Needs::Metadata,
                 ..options.clone()
             };
             let (registration, receiver) = factory.subscribe(key, options)?.into_parts();
@@ -259,12 +259,7 @@ impl Informers {
                 continue;
             };
             let synced = informer.last_sync_resource_version();
-            // Complete, too: an informer switching between metadata and whole objects
-            // relists, and its handlers wait for that relist before their lists arrive.
-            if synced.parse::<u64>().ok() < Some(target)
-                || informer.queued_keys() > 0
-                || !informer.has_complete_cache()
-            {
+            if synced.parse::<u64>().ok() < Some(target) || informer.queued_keys() > 0 {
                 self.bookmark(target);
                 return Some(Busy::InformerBehind {
                     informer: key.to_string(),

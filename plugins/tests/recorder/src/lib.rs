@@ -9,6 +9,8 @@
 //! - `recorder-unknown-kind`: subscribes to a type no cluster serves;
 //! - `recorder-pods`: subscribes to Pods instead (a version that changes its
 //!   subscriptions);
+//! - `recorder-pods-json` (0.3.0): subscribes to Pods with their JSON (a version that
+//!   changes its subscription's form: whole objects instead of metadata alone);
 //! - `recorder-describe-trap`: panics in `describe`;
 //! - `recorder-describe-slow`: never returns from `describe`.
 
@@ -38,8 +40,11 @@ impl Plugin for Recorder {
             },
             _ => config_maps(),
         };
-        let mut description =
-            Description::events("recorder", VERSION, vec![Subscription::to(subscribed)]);
+        let subscription = match VARIANT {
+            "recorder-pods-json" => Subscription::to(gvk("", "v1", "Pod")).with_json(),
+            _ => Subscription::to(subscribed),
+        };
+        let mut description = Description::events("recorder", VERSION, vec![subscription]);
         description.writes = vec![WriteRequest {
             resource_type: config_maps(),
             verbs: vec![WriteVerb::RecordEvent],
