@@ -315,6 +315,15 @@ impl SharedIndexInformer {
         processor.listeners.len()
     }
 
+    /// A reader's handle on its cache: the Indexer and whether it has synced, without
+    /// keeping the informer running (whoever holds the handle holds a lease for that).
+    pub fn cache_handle(&self) -> CacheHandle {
+        CacheHandle {
+            indexer: self.inner.indexer.clone(),
+            synced: Some(self.inner.fifo.synced_flag()),
+        }
+    }
+
     /// The informer's cache.
     pub fn indexer(&self) -> &Indexer {
         &self.inner.indexer
@@ -352,6 +361,38 @@ impl SharedIndexInformer {
     /// cache and in the listeners' buffers.
     pub fn queued_keys(&self) -> usize {
         self.inner.fifo.len()
+    }
+}
+
+/// A reader's handle on one informer's cache ([`SharedIndexInformer::cache_handle`]), or on
+/// a cache that is complete by construction ([`complete`](Self::complete)). Cheap to clone;
+/// reading it takes no lock but the Indexer's.
+#[derive(Debug, Clone)]
+pub struct CacheHandle {
+    indexer: Indexer,
+    /// The informer's synced flag; `None` for a complete cache.
+    synced: Option<Arc<AtomicBool>>,
+}
+
+impl CacheHandle {
+    /// A handle on a cache that holds everything it ever will (a fixed map, a test's).
+    pub fn complete(indexer: Indexer) -> Self {
+        Self {
+            indexer,
+            synced: None,
+        }
+    }
+
+    /// The cache.
+    pub fn indexer(&self) -> &Indexer {
+        &self.indexer
+    }
+
+    /// Whether the cache holds the informer's first complete list.
+    pub fn has_synced(&self) -> bool {
+        self.synced
+            .as_ref()
+            .is_none_or(|synced| synced.load(Ordering::Acquire))
     }
 }
 

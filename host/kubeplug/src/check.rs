@@ -5,11 +5,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
-use kubeplug_informer::indexer::{Indexer, new_indexer};
+use kubeplug_informer::indexer::new_indexer;
+use kubeplug_informer::informer::CacheHandle;
 use kubeplug_runtime::description::IndexSource;
+use kubeplug_runtime::view::BoxFuture;
 use kubeplug_runtime::{
     CacheView, Delivery, Description, Gvk, KeyMapping, MetaFields, NoCluster, Plugin, PluginSpec,
-    Runtime, RuntimeConfig,
+    Runtime, RuntimeConfig, TypeRead,
 };
 
 use crate::cli::CheckArgs;
@@ -21,8 +23,13 @@ use crate::plugins::{PluginSettings, name_mismatch, plugin_settings};
 struct EmptyCaches;
 
 impl CacheView for EmptyCaches {
-    fn indexer(&self, _resource: &Gvk) -> Option<Indexer> {
-        Some(new_indexer().1)
+    fn open<'a>(
+        &'a self,
+        _resource: &'a Gvk,
+        _read: TypeRead<'a>,
+    ) -> BoxFuture<'a, Option<CacheHandle>> {
+        let empty = CacheHandle::complete(new_indexer().1);
+        Box::pin(std::future::ready(Some(empty)))
     }
 }
 

@@ -518,9 +518,10 @@ async fn connect(client: &KubeClient, discovery: &Discovery, readiness: &Readine
     info!(origin = %client.origin(), "cluster reached");
 }
 
-/// Discovery as the plugins' resolver. `cached` knows what [`Discovery::warm`] fetched at
-/// start and what any `resolve` fetched since: a type first served after start becomes
-/// readable through `FactoryCache` once a subscription to it has resolved it.
+/// Discovery as the plugins' resolver. A version's caches open through `resolve`, at its
+/// load, so that a type first served after start is readable by the versions loaded since;
+/// `cached` knows what [`Discovery::warm`] fetched at start and what any `resolve` fetched
+/// since.
 struct DiscoveryResolver(Discovery);
 
 impl Resolve for DiscoveryResolver {

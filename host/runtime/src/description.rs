@@ -15,6 +15,7 @@ use kubeplug_policy::WriteVerb;
 
 use crate::bindings::guest;
 use crate::gvk::Gvk;
+use crate::view::TypeRead;
 
 mod check;
 mod error;
@@ -274,6 +275,30 @@ impl Description {
         reads.extend(self.reads.iter().map(|read| read.resource.clone()));
         reads.extend(self.indexes.iter().map(|index| index.resource.clone()));
         reads
+    }
+
+    /// How the plugin reads `resource`, one of its [`read_types`](Self::read_types): with
+    /// bodies or not, and through one subscription alone when it is the plugin's only
+    /// subscription of the type and nothing else (a read, an index, an owner its keys map
+    /// to) declares the type.
+    pub fn type_read(&self, resource: &Gvk) -> TypeRead<'_> {
+        let mut subscriptions = self
+            .subscriptions
+            .iter()
+            .filter(|s| &s.resource == resource);
+        let only = subscriptions
+            .next()
+            .filter(|_| subscriptions.next().is_none());
+        let declared_otherwise = self.reads.iter().any(|r| &r.resource == resource)
+            || self.indexes.iter().any(|i| &i.resource == resource)
+            || self
+                .subscriptions
+                .iter()
+                .any(|s| matches!(&s.enqueue, KeyMapping::Owner(owner) if owner == resource));
+        TypeRead {
+            bodies: self.body_types().contains(resource),
+            subscription: only.filter(|_| !declared_otherwise),
+        }
     }
 
     /// The types whose cache reads carry the objects' JSON: those of a read or a

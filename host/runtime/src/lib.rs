@@ -47,4 +47,6 @@ pub use kubeplug_policy::{Grants, Gvk, ReadGrant, WriteVerb};
 pub use observer::{CallObserver, CallRecord, Observed, ReconcileCall};
 pub use plugin::{CallError, LoadError, Plugin, PluginInstance, PluginLimits, PluginSpec, Rate};
 pub use status::{PluginMetrics, PluginStats, PluginStatus, RunState};
-pub use view::{CacheView, ClusterWriter, IndexerMap, NoCluster, ObjectRef, Write, WriteError};
+pub use view::{
+    CacheView, ClusterWriter, IndexerMap, NoCluster, ObjectRef, TypeRead, Write, WriteError,
+};

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kubeplug_informer::indexer::IndexHandle;
+use kubeplug_informer::informer::CacheHandle;
 use kubeplug_policy::names::excerpt;
 use wasmtime::component::Component;
 use wasmtime::{Store, Trap, UpdateDeadline};
@@ -23,6 +24,26 @@ use crate::observer::{CallRecord, PluginObserver, ReconcileCall};
 use crate::state::{HostContext, StoreState};
 use crate::status::{PluginMetrics, PluginStats, PluginStatus};
 use crate::view::{CacheView, ClusterWriter, ObjectRef};
+
+/// Opens, once, the cache of every type `description` declares and `policy` lets it read,
+/// each as the plugin reads it ([`Description::type_read`]); a type no informer serves has
+/// none.
+async fn open_caches(
+    view: &dyn CacheView,
+    description: &Description,
+    policy: &Policy,
+) -> BTreeMap<Gvk, CacheHandle> {
+    let mut caches = BTreeMap::new();
+    for resource in description.read_types() {
+        if !policy.may_read(&resource) {
+            continue;
+        }
+        if let Some(cache) = view.open(&resource, description.type_read(&resource)).await {
+            caches.insert(resource, cache);
+        }
+    }
+    caches
+}
 
 /// Per-plugin limits and fault handling. The first group is what the host's configuration
 /// sets (`[defaults]`, `[plugins.NAME]`); the second how failures are handled.
@@ -368,11 +389,12 @@ impl Runtime {
                 unwritten.join(", ")
             );
         }
-        spec.cache.reads_bodies_of(&description.body_types());
+        let policy = Policy::new(&spec.grants, &description);
+        let caches = open_caches(&*spec.cache, &description, &policy).await;
         let mut handles = Vec::new();
         let mut indexes = BTreeMap::new();
         for decl in &description.indexes {
-            let Some(indexer) = spec.cache.indexer(&decl.resource) else {
+            let Some(indexer) = caches.get(&decl.resource).map(CacheHandle::indexer) else {
                 return Err(LoadError::IndexUnavailable {
                     path,
                     name: decl.name.clone(),
@@ -388,11 +410,12 @@ impl Runtime {
         }
         let host = Arc::new(HostContext {
             stats,
+            caches,
             indexes,
             observer: self.config.observer.clone().map(PluginObserver::new),
             ..HostContext::new(
                 description.name.as_str().into(),
-                Policy::new(&spec.grants, &description),
+                policy,
                 spec.cache,
                 spec.writer,
                 &spec.limits,

@@ -22,6 +22,7 @@ use crate::observer::{CallRecord, CurrentCall, PluginObserver, ReconcileCall};
 use crate::plugin::PluginLimits;
 use crate::status::{PluginMetrics, PluginStats};
 use crate::view::{CacheView, ClusterWriter};
+use kubeplug_informer::informer::CacheHandle;
 
 /// Everything host functions of one plugin share, across its instances.
 pub(crate) struct HostContext {
@@ -29,8 +30,12 @@ pub(crate) struct HostContext {
     pub(crate) plugin: Arc<str>,
     /// What it may read and write.
     pub(crate) policy: Policy,
-    /// The caches.
+    /// The caches' view, asked only what the host knows of types; the caches themselves
+    /// are `caches`.
     pub(crate) cache: Arc<dyn CacheView>,
+    /// The cache of every type the plugin may read that an informer serves, opened once at
+    /// load and held for the version's life.
+    pub(crate) caches: BTreeMap<Gvk, CacheHandle>,
     /// The cluster.
     pub(crate) writer: Arc<dyn ClusterWriter>,
     /// Its own metrics.
@@ -55,9 +60,10 @@ pub(crate) struct HostContext {
 impl HostContext {
     /// The one way a host context is built: for `plugin` with `policy`, reading `cache` and
     /// writing to `writer`, with fresh metrics and counters, full log and write budgets
-    /// (`limits.writes`), the projections bound of `limits`, no declared indexes, writes not
-    /// fenced and no observer. Callers that share counters, declare indexes or observe set
-    /// those fields over it (`HostContext { stats, ..HostContext::new(..) }`).
+    /// (`limits.writes`), the projections bound of `limits`, no opened caches, no declared
+    /// indexes, writes not fenced and no observer. Callers that share counters, open caches,
+    /// declare indexes or observe set those fields over it
+    /// (`HostContext { stats, ..HostContext::new(..) }`).
     pub(crate) fn new(
         plugin: Arc<str>,
         policy: Policy,
@@ -69,6 +75,7 @@ impl HostContext {
             plugin,
             policy,
             cache,
+            caches: BTreeMap::new(),
             writer,
             metrics: Arc::default(),
             stats: Arc::default(),

@@ -1,40 +1,51 @@
 //! What the runtime needs from the rest of the host, as traits: the shared cache and the
 //! cluster. The binary implements them over the informers and kube; tests over fakes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
 use kubeplug_informer::indexer::Indexer;
+use kubeplug_informer::informer::CacheHandle;
 use kubeplug_policy::WriteVerb;
 
+use crate::description::SubscriptionSpec;
 use crate::gvk::Gvk;
 
-/// Read access to the informer caches a plugin may see.
-///
-/// Contract: `indexer(r)` returns the cache holding `r` as this plugin sees it (the
-/// informer of its subscription to `r`, or of its granted read), or `None` when no informer
-/// serves `r`. The runtime checks grants before asking, and adds the plugin's declared
-/// indexes to the returned indexer at load. `has_synced(r)` says whether that cache holds
-/// the first complete list: before, a read answers `unavailable`, never an empty result.
-/// `reads_bodies_of` comes first, once, before any other call.
-pub trait CacheView: Send + Sync + 'static {
-    /// Told once at load, after `describe` and before any other call: the types whose
-    /// bodies the plugin reads ([`Description::body_types`]: JSON, projections, `path`
-    /// indexes). Of every other type it reads metadata alone, which a view may then serve
-    /// from a cache of metadata only. Views whose caches are fixed keep the default.
+/// What a plugin version reads of one type, as its description says, for
+/// [`CacheView::open`].
+#[derive(Debug, Clone, Copy)]
+pub struct TypeRead<'a> {
+    /// It reads the objects' bodies ([`Description::body_types`]: JSON, projections, `path`
+    /// indexes); otherwise metadata alone, which a view may serve from a cache of metadata.
     ///
     /// [`Description::body_types`]: crate::description::Description::body_types
-    fn reads_bodies_of(&self, _types: &BTreeSet<Gvk>) {}
+    pub bodies: bool,
+    /// The type is read only through this subscription: it is the plugin's one subscription
+    /// of the type, and the plugin declares no read and no index of it.
+    pub subscription: Option<&'a SubscriptionSpec>,
+}
 
-    /// The cache for `resource`.
-    fn indexer(&self, resource: &Gvk) -> Option<Indexer>;
-
-    /// Whether the cache for `resource` has synced; caches that are always complete (fixed
-    /// maps, tests) keep the default.
-    fn has_synced(&self, _resource: &Gvk) -> bool {
-        true
-    }
+/// The informer caches a plugin version may read.
+///
+/// Contract, one rule: a type the plugin reads only through one subscription
+/// ([`TypeRead::subscription`]) is read through that subscription's informer, so that a
+/// selected subscription reads only what it selects (controller-runtime's per-object cache
+/// selectors); a type it also declares a read or an index of, or subscribes to more than
+/// once, is read through the type's unselected informer (within the host's namespace).
+/// The runtime opens each type the plugin may read once, at load, after `describe` and its
+/// grants were checked, and keeps the handles for the version's life; `open` answers
+/// `None` when no informer serves the type, and reads of it answer `not-found`. The runtime
+/// adds the plugin's declared indexes to the opened caches. A handle's
+/// [`has_synced`](CacheHandle::has_synced) says whether the cache holds the first complete
+/// list: before, a read answers `unavailable`, never an empty result.
+pub trait CacheView: Send + Sync + 'static {
+    /// The cache of `resource` as this plugin version reads it (`read`).
+    fn open<'a>(
+        &'a self,
+        resource: &'a Gvk,
+        read: TypeRead<'a>,
+    ) -> BoxFuture<'a, Option<CacheHandle>>;
 
     /// Whether objects of `resource` live in namespaces; `None` when unknown, and then
     /// callers assume they do (most types are namespaced).
@@ -43,14 +54,20 @@ pub trait CacheView: Send + Sync + 'static {
     }
 }
 
-/// A fixed map from resource type to cache: enough for tests, tools and a binary whose
-/// informers are known before the plugin loads.
+/// A fixed map from resource type to cache, complete from the start: enough for tests,
+/// tools and a binary whose informers are known before the plugin loads. It serves every
+/// read of a type from its one cache, whatever the plugin's selectors.
 #[derive(Debug, Clone, Default)]
 pub struct IndexerMap(pub BTreeMap<Gvk, Indexer>);
 
 impl CacheView for IndexerMap {
-    fn indexer(&self, resource: &Gvk) -> Option<Indexer> {
-        self.0.get(resource).cloned()
+    fn open<'a>(
+        &'a self,
+        resource: &'a Gvk,
+        _read: TypeRead<'a>,
+    ) -> BoxFuture<'a, Option<CacheHandle>> {
+        let handle = self.0.get(resource).cloned().map(CacheHandle::complete);
+        Box::pin(std::future::ready(handle))
     }
 }
 

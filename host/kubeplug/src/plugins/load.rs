@@ -6,17 +6,18 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime};
 
-use kubeplug_informer::factory::{FactoryError, InformerKey};
+use kubeplug_informer::factory::FactoryError;
 use kubeplug_informer::informer::SharedIndexInformer;
 use kubeplug_runtime::{Gvk, PluginSpec};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use super::cache::{Misplaced, subscription_key};
 use super::delivery::StartError;
 use super::status::Totals;
 use super::{
     Event, FactoryCache, FileContent, LoadFailure, PluginHost, PluginId, PluginSettings, Prepared,
-    Serving, failure, form, name_mismatch, plugin_settings,
+    Serving, failure, form_of, name_mismatch, plugin_settings,
 };
 
 impl Prepared {
@@ -108,6 +109,15 @@ impl PluginHost {
                 writer: self.writer.clone(),
             })
             .await?;
+        if let Some(refused) = cache.take_refusal() {
+            return Err(LoadFailure::Start {
+                path,
+                source: StartError::TooManyStarts {
+                    budget: self.start_budget,
+                    source: refused,
+                },
+            });
+        }
         let description = plugin.description();
         // `/plugins` names it from now on, while the rest of its load goes on.
         let _ = self.step(
@@ -132,42 +142,27 @@ impl PluginHost {
                     plugin: description.name.clone(),
                     resource: wanted.resource.clone(),
                 })?;
-            // The host's namespace limits only namespaced types; a namespace on a
-            // cluster-scoped type is a plugin error.
-            let namespace = match (&wanted.namespace, resource.namespaced) {
-                (Some(namespace), false) => {
-                    return Err(LoadFailure::ClusterScoped {
+            let form = form_of(description, &wanted.resource);
+            let key = subscription_key(wanted, resource, form, self.namespace.as_deref()).map_err(
+                |misplaced| match misplaced {
+                    // The host's namespace limits only namespaced types; a namespace on a
+                    // cluster-scoped type is a plugin error.
+                    Misplaced::ClusterScoped(namespace) => LoadFailure::ClusterScoped {
                         path: path.clone(),
                         plugin: description.name.clone(),
                         resource: wanted.resource.clone(),
-                        namespace: namespace.clone(),
-                    });
-                }
-                (_, false) => None,
-                // The host's namespace bounds every subscription.
-                (Some(namespace), true)
-                    if self
-                        .namespace
-                        .as_ref()
-                        .is_some_and(|host| host != namespace) =>
-                {
-                    return Err(LoadFailure::OutsideNamespace {
+                        namespace,
+                    },
+                    Misplaced::OutsideNamespace(namespace) => LoadFailure::OutsideNamespace {
                         path: path.clone(),
                         plugin: description.name.clone(),
                         resource: wanted.resource.clone(),
-                        namespace: namespace.clone(),
+                        namespace,
                         host: self.namespace.clone().unwrap_or_default(),
-                    });
-                }
-                (namespace, true) => namespace.clone().or_else(|| self.namespace.clone()),
-            };
-            keys.push(InformerKey {
-                resource,
-                namespace,
-                labels: wanted.labels.clone(),
-                fields: wanted.fields.clone(),
-                form: form(wanted),
-            });
+                    },
+                },
+            )?;
+            keys.push(key);
         }
         let warm = keys
             .iter()
@@ -191,26 +186,15 @@ impl PluginHost {
                     source: StartError::Lease(e),
                 },
             })?;
+        // Every informer it may read, subscriptions' and caches' alike; the runtime opened
+        // its caches at load, so that its first read finds them synced.
         let mut reads: Vec<(Gvk, SharedIndexInformer)> = description
             .subscriptions
             .iter()
             .zip(&warm)
             .map(|(wanted, lease)| (wanted.resource.clone(), lease.informer().clone()))
             .collect();
-        // Its cache reads start now, so that its first read finds a synced cache. A read of
-        // a type the cluster does not serve answers `not-found`; nothing to wait for.
-        let cached = description
-            .reads
-            .iter()
-            .map(|read| &read.resource)
-            .chain(description.indexes.iter().map(|index| &index.resource));
-        for resource in cached {
-            if self.resolve.resolve(resource).await.is_some()
-                && let Some(informer) = cache.informer(resource)
-            {
-                reads.push((resource.clone(), informer));
-            }
-        }
+        reads.extend(cache.informers());
         Ok(Prepared {
             id: PluginId::File(path),
             hash,

@@ -39,7 +39,7 @@ use kubeplug_informer::informer::SharedIndexInformer;
 use kubeplug_informer::listener::{ListenerProbe, ListenerReceiver};
 use kubeplug_runtime::status::{MetricValue, SeriesKey};
 use kubeplug_runtime::{
-    ClusterWriter, DriverControl, Gvk, KeyShare, ObjectRef, Plugin, Runtime, SubscriptionSpec,
+    ClusterWriter, Description, DriverControl, Gvk, KeyShare, ObjectRef, Plugin, Runtime,
 };
 use kubeplug_workqueue::{Queue, Workers, WorkqueueMetrics};
 use tokio::task::JoinHandle;
@@ -459,12 +459,15 @@ impl PluginHost {
     }
 }
 
-/// The form of a subscription's informer: whole objects unless its events carry metadata
-/// alone.
-pub(crate) fn form(subscription: &SubscriptionSpec) -> Form {
-    match subscription.reads_metadata_only() {
-        true => Form::Metadata,
-        false => Form::Objects,
+/// The form of the informers a plugin version reads `resource` through, its subscriptions'
+/// and its cache's alike: whole objects when it reads their bodies anywhere
+/// ([`Description::body_types`]), metadata alone otherwise. One form per type, so that an
+/// unselected subscription and the cache are one informer, and a read is never older than
+/// the event being handled.
+pub(crate) fn form_of(description: &Description, resource: &Gvk) -> Form {
+    match description.body_types().contains(resource) {
+        true => Form::Objects,
+        false => Form::Metadata,
     }
 }
 

@@ -12,8 +12,9 @@ pub(crate) type Resolver = Arc<dyn Resolve>;
 
 /// How a [`Resolver`] answers. Contract: [`resolve`](Self::resolve) may ask the cluster
 /// (discovery); [`cached`](Self::cached) answers at once from what is already known, for
-/// [`FactoryCache::indexer`](super::FactoryCache), which a plugin's synchronous host call reaches. A synchronous
-/// map (the local registry) is both, through the blanket implementation for closures.
+/// [`FactoryCache`](super::FactoryCache)'s `namespaced`, which a plugin's synchronous host
+/// call reaches. A synchronous map (the local registry) is both, through the blanket
+/// implementation for closures.
 pub(crate) trait Resolve: Send + Sync {
     /// The served resource of `gvk`, asking the cluster if needed.
     fn resolve<'a>(&'a self, gvk: &'a Gvk) -> BoxFuture<'a, Option<Resource>>;

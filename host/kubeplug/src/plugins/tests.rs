@@ -811,6 +811,56 @@ async fn a_version_with_other_subscriptions_gets_new_registrations() {
     harness.stop().await;
 }
 
+/// Issue 41: a plugin that reads a type only through one subscription reads that
+/// subscription's informer, as controller-runtime's per-object cache selectors do: a
+/// selected subscription's cache holds only what it selects, and no second, unselected
+/// informer of the type starts for its reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selected_subscription_reads_only_what_it_selects() {
+    let config = format!(
+        "{CONFIG}\n[plugins.field-reader]\n\
+         settings = {{ cache_reads = [[\"node\", \"spec.nodeName\"]], label_selector = \"app=web\" }}\n\
+         [plugins.field-reader.grants]\n\
+         write = {{ \"test.kubeplug.io/v1/Observation\" = [\"create\"] }}\n"
+    );
+    let harness = Harness::configured(settled(), &config).await;
+    for (name, app) in [("web", "web"), ("db", "db")] {
+        let json = format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"default","labels":{{"app":"{app}"}}}},"spec":{{"nodeName":"node-{name}"}}}}"#
+        );
+        harness.cluster.server().apply(&pods(), &json).unwrap();
+    }
+    harness.publish("field-reader.wasm", &guest_bytes("field-reader"));
+    eventually("the field reader observed the web Pod", LONG, || {
+        !harness.recorded.3.lock().unwrap().is_empty()
+    })
+    .await;
+    let observation = harness.recorded.3.lock().unwrap()[0].clone();
+    assert_eq!(observation["key"], "default/web", "{observation}");
+    assert_eq!(observation["cached"]["node"], "node-web", "{observation}");
+    let listed: Vec<&str> = observation["listed"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a list: {observation}"))
+        .iter()
+        .map(|o| o["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        listed,
+        ["default/web"],
+        "only what the subscription selects"
+    );
+    let pod_informers: Vec<String> = harness
+        .factory
+        .keys()
+        .into_iter()
+        .filter(|key| key.resource.kind == "Pod")
+        .map(|key| key.to_string())
+        .collect();
+    assert_eq!(pod_informers.len(), 1, "{pod_informers:?}");
+    assert!(pod_informers[0].contains("app=web"), "{pod_informers:?}");
+    harness.stop().await;
+}
+
 /// Issue 41: a swap that changes a subscription's form (metadata alone to whole objects)
 /// registers on the other form's informer: the new version is handed the cache as initial
 /// adds, then every change. A plugin on the old form, whose needs did not change, sees

@@ -139,7 +139,7 @@ pub(crate) async fn test(args: TestArgs) -> anyhow::Result<()> {
             .with_context(|| format!("configuration: {configuration}"))?,
     );
 
-    let pipeline = Pipeline::start(&plugin, &informers, cache.as_ref(), args.timeout).await?;
+    let pipeline = Pipeline::start(&plugin, &informers, args.timeout).await?;
     let mut steps = Vec::new();
     let replayed = replay(
         &args,

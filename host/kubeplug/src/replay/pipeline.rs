@@ -12,12 +12,12 @@ use kubeplug_informer::listener::{BufferPolicy, ListenerProbe};
 use kubeplug_local::LocalCluster;
 use kubeplug_runtime::view::BoxFuture;
 use kubeplug_runtime::{
-    CacheView, ClusterWriter, Delivery, DriverControl, ObjectRef, Plugin, Write, WriteError,
+    ClusterWriter, Delivery, DriverControl, ObjectRef, Plugin, Write, WriteError,
 };
 use kubeplug_workqueue::{ItemExponential, Queue, Workers};
 use tokio::task::JoinHandle;
 
-use crate::plugins::form;
+use crate::plugins::form_of;
 use crate::writer::LocalWriter;
 
 /// The delay before a failed reconcile is retried: longer than any replay.
@@ -76,20 +76,14 @@ impl Pipeline {
     pub(super) async fn start(
         plugin: &Arc<Plugin>,
         informers: &Arc<Informers>,
-        cache: &dyn CacheView,
         timeout: Duration,
     ) -> anyhow::Result<Self> {
         let Informers {
             cluster, factory, ..
         } = informers.as_ref();
+        // What the plugin may read got its informer when the runtime loaded it, so that its
+        // first read finds a synced cache rather than one that depends on timing.
         let description = plugin.description();
-        // What the plugin may read gets its informer now, so that its first read finds a
-        // synced cache rather than one that depends on timing.
-        let subscribed = description.subscriptions.iter().map(|s| &s.resource);
-        let declared = description.reads.iter().map(|read| &read.resource);
-        for readable in declared.chain(subscribed) {
-            cache.indexer(readable);
-        }
         // Every notification is delivered, in reconcile mode too, where `run` coalesces them
         // by key: how many would coalesce, and so the events delivered and the `map-event`
         // calls made, depends on timing. The work queue still merges keys.
@@ -125,7 +119,7 @@ impl Pipeline {
                 namespace,
                 labels: wanted.labels.clone(),
                 fields: wanted.fields.clone(),
-                form: form(wanted),
+                form: form_of(description, &wanted.resource),
             };
             let options = HandlerOptions {
                 projections: wanted.projections.paths().paths().to_vec(),

@@ -304,3 +304,57 @@ fn types_and_namespaces_that_are_not_names_are_refused() {
     assert!(refused.len() < 512, "{} bytes", refused.len());
     assert!(refused.contains("(50331648 bytes in all)"), "{refused}");
 }
+
+/// Issue 41: a type is read through a subscription only when that subscription is the
+/// plugin's one of the type and nothing else declares the type; bodies as `body_types`.
+#[test]
+fn a_type_is_read_through_its_one_subscription_alone() {
+    let configmaps = Gvk::new("", "v1", "ConfigMap");
+    let description = |subscriptions: Vec<SubscriptionSpec>, reads: Vec<Read>| Description {
+        name: "probe".to_owned(),
+        version: "1".to_owned(),
+        subscriptions,
+        delivery: Delivery::Events,
+        indexes: Vec::new(),
+        reads,
+        writes: Vec::new(),
+    };
+    let pods_sub = subscription(pods()).spec;
+    let through = |d: &Description, resource: &Gvk| d.type_read(resource).subscription.cloned();
+
+    let only = description(vec![pods_sub.clone()], Vec::new());
+    assert_eq!(through(&only, &pods()), Some(pods_sub.clone()));
+    assert!(!only.type_read(&pods()).bodies, "metadata alone");
+
+    let json = SubscriptionSpec {
+        wants_object_json: true,
+        ..pods_sub.clone()
+    };
+    assert!(
+        description(vec![json], Vec::new())
+            .type_read(&pods())
+            .bodies
+    );
+
+    let twice = description(vec![pods_sub.clone(), pods_sub.clone()], Vec::new());
+    assert_eq!(through(&twice, &pods()), None, "two subscriptions of it");
+
+    let read_too = description(vec![pods_sub.clone()], vec![Read::metadata(pods())]);
+    assert_eq!(through(&read_too, &pods()), None, "a declared read of it");
+
+    let mut indexed = description(vec![pods_sub.clone()], Vec::new());
+    indexed.indexes.push(IndexDecl {
+        name: "by-node".to_owned(),
+        resource: pods(),
+        spec: IndexSource::OwnerUid,
+    });
+    assert_eq!(through(&indexed, &pods()), None, "an index on it");
+
+    let owned = SubscriptionSpec {
+        enqueue: KeyMapping::Owner(pods()),
+        ..subscription(configmaps.clone()).spec
+    };
+    let owner = description(vec![pods_sub, owned], Vec::new());
+    assert_eq!(through(&owner, &pods()), None, "an owner its keys map to");
+    assert!(through(&owner, &configmaps).is_some());
+}

@@ -31,11 +31,11 @@ impl StoreState {
                 self.host.plugin
             )));
         }
-        match self.host.cache.indexer(&resource) {
-            Some(_) if !self.host.cache.has_synced(&resource) => Err(Error::Unavailable(format!(
+        match self.host.caches.get(&resource) {
+            Some(cache) if !cache.has_synced() => Err(Error::Unavailable(format!(
                 "the cache of {resource} has not synced yet; try again later"
             ))),
-            Some(indexer) => Ok((resource, indexer)),
+            Some(cache) => Ok((resource, cache.indexer().clone())),
             None => Err(Error::NotFound(format!("no informer serves {resource}"))),
         }
     }
@@ -334,6 +334,7 @@ mod tests {
     use crate::host::{MAX_ANSWER, MAX_ARG};
     use crate::state::HostContext;
     use crate::view::{IndexerMap, NoCluster};
+    use kubeplug_informer::informer::CacheHandle;
 
     fn config_maps() -> Gvk {
         Gvk::new("", "v1", "ConfigMap")
@@ -368,13 +369,16 @@ mod tests {
             let object = decoder.decode(json.to_string().as_bytes()).unwrap();
             writer.put(Arc::new(object));
         }
-        let host = HostContext::new(
-            "probe".into(),
-            policy,
-            Arc::new(IndexerMap(BTreeMap::from([(config_maps(), indexer)]))),
-            Arc::new(NoCluster),
-            &PluginLimits::default(),
-        );
+        let host = HostContext {
+            caches: BTreeMap::from([(config_maps(), CacheHandle::complete(indexer.clone()))]),
+            ..HostContext::new(
+                "probe".into(),
+                policy,
+                Arc::new(IndexerMap(BTreeMap::from([(config_maps(), indexer)]))),
+                Arc::new(NoCluster),
+                &PluginLimits::default(),
+            )
+        };
         StoreState::new(Arc::new(host), &PluginLimits::default())
     }
 

@@ -1,6 +1,7 @@
 //! [`HostCalls`]: the host functions called without a guest, for the fuzz checks and tests
 //! (feature `testing`; the binary never builds it).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::Grants;
@@ -10,7 +11,7 @@ use crate::bindings::wit;
 use crate::grants::Policy;
 use crate::gvk::Gvk;
 use crate::state::{HostContext, StoreState};
-use crate::view::{CacheView, ClusterWriter, ObjectRef};
+use crate::view::{CacheView, ClusterWriter, ObjectRef, TypeRead};
 
 /// The `cache` and `cluster` host functions, called as a guest calls them but without one:
 /// for the fuzz checks and tests of their argument handling. Every call goes through the
@@ -92,19 +93,36 @@ impl HostCalls {
         cache: Arc<dyn CacheView>,
         writer: Arc<dyn ClusterWriter>,
     ) -> Self {
-        let host = HostContext::new(
-            plugin.into(),
-            Policy::reading_whole(grants, reads.into_iter().collect()),
-            cache,
-            writer,
-            &PluginLimits::default(),
-        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a current-thread runtime builds");
+        let reads: BTreeSet<Gvk> = reads.into_iter().collect();
+        // Opened as the runtime opens a loaded plugin's, each type read whole.
+        let whole = TypeRead {
+            bodies: true,
+            subscription: None,
+        };
+        let caches = reads
+            .iter()
+            .filter_map(|resource| {
+                let cache = runtime.block_on(cache.open(resource, whole))?;
+                Some((resource.clone(), cache))
+            })
+            .collect();
+        let host = HostContext {
+            caches,
+            ..HostContext::new(
+                plugin.into(),
+                Policy::reading_whole(grants, reads),
+                cache,
+                writer,
+                &PluginLimits::default(),
+            )
+        };
         Self {
             state: StoreState::new(Arc::new(host), &PluginLimits::default()),
-            runtime: tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .build()
-                .expect("a current-thread runtime builds"),
+            runtime,
         }
     }
 

@@ -228,18 +228,17 @@ impl StoreState {
 
     /// The uid of the object `target` names, when the plugin may read its type, its cache
     /// has synced and holds the object. Read from the host's cache, never from the plugin.
-    /// The cache is asked as a `cache` read asks it, which leases the type's informer: a
-    /// subscribed type's is the one already running.
+    /// The cache is the one a `cache` read of the type reads.
     fn cached_uid(&self, target: &ObjectRef) -> Option<String> {
         let resource = &target.resource;
         if !self.host.policy.may_read(resource) {
             return None;
         }
-        let indexer = self.host.cache.indexer(resource)?;
-        if !self.host.cache.has_synced(resource) {
+        let cache = self.host.caches.get(resource)?;
+        if !cache.has_synced() {
             return None;
         }
-        let object = indexer.get(target.key().as_str())?;
+        let object = cache.indexer().get(target.key().as_str())?;
         object.uid().map(str::to_owned)
     }
 

@@ -5,8 +5,9 @@
 //! "read_bodies": true}`; the default projections read the node, each container's image, the
 //! restart policy and the conditions. With `cache_reads`, each event also reads its object
 //! through `cache.get-projected` and its namespace through `cache.list-projected` with those
-//! projections (unchecked: a test may pass hostile ones) and records the answers; with
-//! `read_bodies` it declares that it reads Pods' bodies.
+//! projections (unchecked: a test may pass hostile ones) and records the answers (`cached`,
+//! `listed`); with `read_bodies` it declares that it reads Pods' bodies, and with
+//! `label_selector` its subscription selects by labels.
 
 use kubeplug_sdk::Projected;
 use kubeplug_sdk::prelude::*;
@@ -16,6 +17,7 @@ struct FieldReader {
     projections: Vec<(String, String)>,
     cache_reads: Option<Vec<Projection>>,
     read_bodies: bool,
+    label_selector: Option<String>,
 }
 
 fn pods() -> Gvk {
@@ -53,6 +55,7 @@ impl Plugin for FieldReader {
             cache_reads: Option<Vec<(String, String)>>,
             #[serde(default)]
             read_bodies: bool,
+            label_selector: Option<String>,
         }
         let config: Config = settings.parse()?;
         let projections = config.projections.unwrap_or_else(|| {
@@ -75,16 +78,19 @@ impl Plugin for FieldReader {
             projections,
             cache_reads,
             read_bodies: config.read_bodies,
+            label_selector: config.label_selector,
         })
     }
 
     fn describe(&self) -> Description {
+        let selected = Subscription {
+            label_selector: self.label_selector.clone(),
+            ..Subscription::to(pods())
+        };
         let subscription = self
             .projections
             .iter()
-            .fold(Subscription::to(pods()), |s, (name, path)| {
-                s.project(name, path)
-            });
+            .fold(selected, |s, (name, path)| s.project(name, path));
         let mut d = Description::events("field-reader", "0.1.0", vec![subscription]);
         if self.read_bodies {
             d.reads.push(Read::bodies(pods()));
